@@ -1,0 +1,67 @@
+GO ?= go
+
+# Tools are pinned in tools.mod/tools.sum (Go `tool` directives), kept apart
+# from the main go.mod.
+TOOLS_MODFILE := $(CURDIR)/tools.mod
+BIN_DIR := $(CURDIR)/.bin
+BUF := $(GO) tool -modfile=$(TOOLS_MODFILE) buf
+PROTOC_PLUGINS := \
+	google.golang.org/protobuf/cmd/protoc-gen-go \
+	google.golang.org/grpc/cmd/protoc-gen-go-grpc
+
+.PHONY: generate check-generated lint-proto
+
+# Build the protoc plugins at the pinned versions into .bin/.
+$(BIN_DIR)/.stamp: tools.mod tools.sum
+	$(GO) build -modfile=$(TOOLS_MODFILE) -o $(BIN_DIR)/ $(PROTOC_PLUGINS)
+	@touch $@
+
+lint-proto:
+	$(BUF) lint
+
+generate: lint-proto $(BIN_DIR)/.stamp
+	PATH="$(BIN_DIR):$$PATH" $(BUF) generate
+
+# Regenerate and compare with the gen/ tree as it was before (works without
+# any commit). Fails if anything was added, removed or changed.
+check-generated:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	mkdir -p gen && cp -R gen "$$tmp/gen" && \
+	$(MAKE) --no-print-directory generate && \
+	if ! diff -r "$$tmp/gen" gen; then \
+		echo "check-generated: gen/ is out of date; run 'make generate' and commit the result." >&2; \
+		exit 1; \
+	fi && echo "check-generated: gen/ is up to date."
+
+.PHONY: test deps run build soak bench
+
+# deps installs what the tests need and cannot fetch through Go modules:
+# redis-server (apt-get where possible) and the TypeScript client's npm
+# packages.
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-server not found; installing it with apt-get"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; then \
+			echo "redis-server installed"; \
+		else \
+			echo "error: redis-server is required by the tests and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@redis-server --version
+
+# test is the one command that runs every test: generated code checked
+# against the protos, then go test -race.
+test: deps check-generated
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+build:
+	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd
+
+# run starts coordd on the embedded single-node default (no Redis) with MDN
+# as its upstream, listening on 127.0.0.1:50051.
+run:
+	$(GO) run ./cmd/coordd $(ARGS)

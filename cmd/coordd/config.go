@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/coordd/coordd/coordinator"
+)
+
+// fileConfig is coordd's YAML configuration. See README.md for each field.
+type fileConfig struct {
+	Listen        string           `yaml:"listen"`
+	Redis         string           `yaml:"redis"`
+	RedisCluster  []string         `yaml:"redis_cluster"`
+	LogLevel      string           `yaml:"log_level"`
+	ShutdownGrace time.Duration    `yaml:"shutdown_grace"`
+	L1MaxBytes    int64            `yaml:"l1_max_bytes"`
+	LockTTL       time.Duration    `yaml:"lock_ttl"`
+	RedisTimeout  time.Duration    `yaml:"redis_timeout"`
+	KeyPrefix     string           `yaml:"key_prefix"`
+	Upstreams     []upstreamConfig `yaml:"upstreams"`
+}
+
+type upstreamConfig struct {
+	Name         string        `yaml:"name"`
+	BaseURL      string        `yaml:"base_url"`
+	TTL          time.Duration `yaml:"ttl"`
+	StaleTTL     time.Duration `yaml:"stale_ttl"`
+	Timeout      time.Duration `yaml:"timeout"`
+	MaxBodyBytes int64         `yaml:"max_body_bytes"`
+	NegativeTTL  time.Duration `yaml:"negative_ttl"`
+	protectionConfig `yaml:",inline"`
+}
+
+// readConfig parses YAML, refusing unknown fields so that a typo names
+// itself instead of being ignored.
+func readConfig(r io.Reader) (fileConfig, error) {
+	var fc fileConfig
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return fc, fmt.Errorf("config: %w", err)
+	}
+	return fc, nil
+}
+
+func loadConfigFile(path string) (fileConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("config: %w", err)
+	}
+	fc, err := readConfig(bytes.NewReader(b))
+	if err != nil {
+		return fc, fmt.Errorf("%s: %w", path, err)
+	}
+	return fc, nil
+}
+
+// addUpstreamFlag applies one --upstream NAME=BASE_URL: it overrides the
+// base URL of a configured upstream of that name, or adds one.
+func (fc *fileConfig) addUpstreamFlag(v string) error {
+	name, base, ok := strings.Cut(v, "=")
+	if !ok || name == "" || base == "" {
+		return fmt.Errorf("--upstream %q: want NAME=BASE_URL", v)
+	}
+	for i := range fc.Upstreams {
+		if fc.Upstreams[i].Name == name {
+			fc.Upstreams[i].BaseURL = base
+			return nil
+		}
+	}
+	fc.Upstreams = append(fc.Upstreams, upstreamConfig{Name: name, BaseURL: base})
+	return nil
+}
+
+// coordinatorConfig translates the file's fields to the coordinator's.
+func (fc *fileConfig) coordinatorConfig() (coordinator.Config, error) {
+	cfg := coordinator.Config{
+		L1MaxBytes:   fc.L1MaxBytes,
+		LockTTL:      fc.LockTTL,
+		RedisTimeout: fc.RedisTimeout,
+		KeyPrefix:    fc.KeyPrefix,
+	}
+	for i, u := range fc.Upstreams {
+		p, err := u.protectionConfig.protection()
+		if err != nil {
+			return cfg, fmt.Errorf("config: upstreams[%d] (%s).%w", i, u.Name, err)
+		}
+		cfg.Upstreams = append(cfg.Upstreams, coordinator.Upstream{
+			Name: u.Name, BaseURL: u.BaseURL, TTL: u.TTL, StaleTTL: u.StaleTTL, Timeout: u.Timeout,
+			MaxBodyBytes: u.MaxBodyBytes, NegativeTTL: u.NegativeTTL, Protection: p,
+		})
+	}
+	return cfg, nil
+}

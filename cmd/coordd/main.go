@@ -1,0 +1,166 @@
+// Command coordd serves coordd.v1.CoordinatorService: one upstream fetch per
+// document across every instance, with the result pushed to every waiter.
+//
+//	coordd [--config FILE] [--listen ADDR] [--redis URL] [--upstream NAME=BASE_URL]...
+//
+// With no Redis configured it runs as a single node.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "coordd:", err)
+		os.Exit(1)
+	}
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// run parses args, serves until ctx ends, then drains.
+func run(ctx context.Context, args []string, stderr *os.File) error {
+	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML configuration `file`")
+	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
+	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
+	var ups stringList
+	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var fc fileConfig
+	if *configPath != "" {
+		var err error
+		if fc, err = loadConfigFile(*configPath); err != nil {
+			return err
+		}
+	}
+	if *listen != "" {
+		fc.Listen = *listen
+	}
+	if *redisURL != "" {
+		fc.Redis = *redisURL
+	}
+	for _, u := range ups {
+		if err := fc.addUpstreamFlag(u); err != nil {
+			return err
+		}
+	}
+	if fc.Listen == "" {
+		fc.Listen = "127.0.0.1:50051"
+	}
+	if fc.ShutdownGrace == 0 {
+		fc.ShutdownGrace = 10 * time.Second
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToLower(orDefault(fc.LogLevel, "info")))); err != nil {
+		return fmt.Errorf("config: log_level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := fc.coordinatorConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	rdb, err := redisClient(fc)
+	if err != nil {
+		return err
+	}
+	var g *server.GRPC
+	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
+		if g != nil {
+			g.SetRedisHealth(up)
+		}
+	}}
+	c, err := coordinator.New(cfg, opts)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer c.Close()
+	lis, err := net.Listen("tcp", fc.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	g = server.NewGRPC(server.New(c, log))
+	if rdb != nil {
+		g.SetRedisHealth(c.RedisHealthy())
+	}
+	mode := "single-node (no redis configured)"
+	if rdb != nil {
+		mode = "redis"
+	}
+	log.Info("coordd serving", "addr", lis.Addr().String(), "mode", mode)
+
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.Serve(lis) })
+	eg.Go(func() error {
+		<-ctx.Done()
+		log.Info("draining", "grace", fc.ShutdownGrace)
+		g.Drain(fc.ShutdownGrace)
+		return nil
+	})
+	err = eg.Wait()
+	c.Close() // releases held locks
+	if rdb != nil {
+		_ = rdb.Close()
+	}
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func redisClient(fc fileConfig) (redis.UniversalClient, error) {
+	timeout := fc.RedisTimeout
+	if timeout == 0 {
+		timeout = 500 * time.Millisecond
+	}
+	if len(fc.RedisCluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: fc.RedisCluster, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			ContextTimeoutEnabled: true,
+		}), nil
+	}
+	if fc.Redis == "" {
+		return nil, nil
+	}
+	o, err := redis.ParseURL(fc.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("config: redis: %w", err)
+	}
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
+	o.ContextTimeoutEnabled = true
+	return redis.NewClient(o), nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

@@ -1,0 +1,181 @@
+package coordinator
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Upstream is one operator-configured documentation upstream. Zero fields
+// take the defaults written beside them.
+type Upstream struct {
+	// Name identifies the upstream in logs, metrics and metadata.
+	Name string
+	// BaseURL is the scheme, host and optional path prefix that every url
+	// fetched from this upstream must start with.
+	BaseURL string
+	// TTL is a document's fresh lifetime. Default: 10m.
+	TTL time.Duration
+	// StaleTTL is how long past TTL a copy may still be served stale.
+	// Default: 24h. Negative: no stale window.
+	StaleTTL time.Duration
+	// Timeout bounds one upstream attempt, body included. Default: 10s.
+	Timeout time.Duration
+	// MaxBodyBytes is the largest body accepted; a larger one fails the
+	// call and is not cached. Default: 10 MiB.
+	MaxBodyBytes int64
+	// NegativeTTL is how long a 404 or 410 is cached. Default: 1m.
+	NegativeTTL time.Duration
+	// Protection configures retries, the breaker and the rate limit.
+	Protection Protection
+
+	base *url.URL // parsed BaseURL, canonical
+}
+
+// Config configures a Coordinator. Zero fields take the defaults written
+// beside them.
+type Config struct {
+	// Upstreams lists the upstreams callers may fetch from. Default: MDN
+	// (DefaultUpstream).
+	Upstreams []Upstream
+	// L1MaxBytes bounds the in-memory cache. Default: 256 MiB.
+	L1MaxBytes int64
+	// LockTTL is the lease of the cross-instance fill lock; a watchdog
+	// extends it every LockTTL/3 while the fetch runs, and a holder that
+	// dies loses it after LockTTL. Default: 10s.
+	LockTTL time.Duration
+	// RedisTimeout bounds each Redis operation on the request path, so that
+	// no caller waits on a dead or frozen Redis. Default: 500ms.
+	RedisTimeout time.Duration
+	// RedisRetryInterval is how often a degraded coordinator probes Redis to
+	// recover. Default: 500ms.
+	RedisRetryInterval time.Duration
+	// KeyPrefix prefixes every Redis key and channel. Default: "coordd:".
+	KeyPrefix string
+	// ResultTTL is how long a leader keeps an uncacheable answer (a 403,
+	// say) in Redis for followers on other instances. Default: 30s.
+	ResultTTL time.Duration
+	// Logger receives structured logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// DefaultUpstream is the upstream used when none is configured.
+func DefaultUpstream() Upstream {
+	return Upstream{Name: "mdn", BaseURL: "https://developer.mozilla.org"}
+}
+
+var upstreamName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+func (u *Upstream) setDefaults() {
+	if u.TTL == 0 {
+		u.TTL = 10 * time.Minute
+	}
+	if u.StaleTTL == 0 {
+		u.StaleTTL = 24 * time.Hour
+	}
+	if u.StaleTTL < 0 {
+		u.StaleTTL = 0
+	}
+	if u.Timeout == 0 {
+		u.Timeout = 10 * time.Second
+	}
+	if u.MaxBodyBytes == 0 {
+		u.MaxBodyBytes = 10 << 20
+	}
+	if u.NegativeTTL == 0 {
+		u.NegativeTTL = time.Minute
+	}
+	u.Protection.setDefaults()
+}
+
+func (u *Upstream) validate(i int) error {
+	field := fmt.Sprintf("upstreams[%d]", i)
+	if !upstreamName.MatchString(u.Name) {
+		return fmt.Errorf("%s.name: %q must match %s", field, u.Name, upstreamName)
+	}
+	field = fmt.Sprintf("upstreams[%d] (%s)", i, u.Name)
+	b, err := url.Parse(u.BaseURL)
+	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil || b.RawQuery != "" || b.Fragment != "" {
+		return fmt.Errorf("%s.base_url: %q must be an absolute http(s) URL without userinfo, query or fragment", field, u.BaseURL)
+	}
+	b.Scheme = strings.ToLower(b.Scheme)
+	b.Host = canonicalHost(b.Scheme, b.Host)
+	b.Path = strings.TrimSuffix(b.Path, "/")
+	b.RawPath = ""
+	u.base = b
+	switch {
+	case u.TTL < 0:
+		return fmt.Errorf("%s.ttl: must not be negative", field)
+	case u.Timeout < 0:
+		return fmt.Errorf("%s.timeout: must not be negative", field)
+	case u.MaxBodyBytes < 0:
+		return fmt.Errorf("%s.max_body_bytes: must not be negative", field)
+	case u.NegativeTTL < 0:
+		return fmt.Errorf("%s.negative_ttl: must not be negative", field)
+	}
+	return u.Protection.validate(field)
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Upstreams) == 0 {
+		c.Upstreams = []Upstream{DefaultUpstream()}
+	}
+	if c.L1MaxBytes == 0 {
+		c.L1MaxBytes = 256 << 20
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = 10 * time.Second
+	}
+	if c.RedisTimeout == 0 {
+		c.RedisTimeout = 500 * time.Millisecond
+	}
+	if c.RedisRetryInterval == 0 {
+		c.RedisRetryInterval = 500 * time.Millisecond
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = "coordd:"
+	}
+	if c.ResultTTL == 0 {
+		c.ResultTTL = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	ups := make([]Upstream, len(c.Upstreams)) // never alias the caller's slice
+	copy(ups, c.Upstreams)
+	c.Upstreams = ups
+	for i := range c.Upstreams {
+		c.Upstreams[i].setDefaults()
+	}
+}
+
+func (c *Config) validate() error {
+	seen := map[string]bool{}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		if err := u.validate(i); err != nil {
+			return err
+		}
+		if seen[u.Name] {
+			return fmt.Errorf("upstreams[%d].name: duplicate name %q", i, u.Name)
+		}
+		seen[u.Name] = true
+	}
+	switch {
+	case c.L1MaxBytes < 1<<20:
+		return fmt.Errorf("l1_max_bytes: %d is below the 1 MiB minimum", c.L1MaxBytes)
+	case c.LockTTL < 100*time.Millisecond:
+		return fmt.Errorf("lock_ttl: %v is below the 100ms minimum", c.LockTTL)
+	case c.RedisTimeout < 0:
+		return fmt.Errorf("redis_timeout: must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package coordinator
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Document is one cached upstream answer. A Document is immutable once
+// built: Body and every field are shared, without copies, by L1, the flight
+// and every caller that streams it. Callers must not modify it.
+type Document struct {
+	Key          string // cache key
+	URL          string // canonical url fetched
+	Upstream     string // upstream name
+	StatusCode   int
+	ContentType  string
+	ETag         string
+	LastModified string
+	FetchedAt    time.Time // when the upstream answered (or last revalidated)
+	FreshUntil   time.Time // served as fresh until then
+	StaleUntil   time.Time // served as stale until then; dropped after
+	Body         []byte
+
+	memoOnce sync.Once
+	memo     any
+}
+
+// Memo returns the value build returns on its first call for d, and that
+// same value on every later call. The server uses it to encode the body's
+// chunk messages once per document instead of once per caller.
+func (d *Document) Memo(build func(*Document) any) any {
+	d.memoOnce.Do(func() { d.memo = build(d) })
+	return d.memo
+}
+
+// Fresh reports whether d is fresh at now.
+func (d *Document) Fresh(now time.Time) bool { return now.Before(d.FreshUntil) }
+
+// Usable reports whether d may still be served, fresh or stale, at now.
+func (d *Document) Usable(now time.Time) bool { return now.Before(d.StaleUntil) }
+
+// Age is how long ago the upstream answered.
+func (d *Document) Age(now time.Time) time.Duration {
+	if a := now.Sub(d.FetchedAt); a > 0 {
+		return a
+	}
+	return 0
+}
+
+const docVersion = 1
+
+var errBadEncoding = errors.New("coordinator: bad document encoding")
+
+// encode serialises d for L1 and L2: a version byte, length-prefixed
+// fields, then the body as the rest. Hand-rolled rather than JSON or gob so
+// that the body is neither base64-encoded nor copied more than once.
+func (d *Document) encode() []byte {
+	n := 1 + 6*binary.MaxVarintLen64 + 4*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
+		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Body) + 8*binary.MaxVarintLen64
+	b := make([]byte, 0, n)
+	b = append(b, docVersion)
+	for _, s := range []string{d.Key, d.URL, d.Upstream, d.ContentType, d.ETag, d.LastModified} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendVarint(b, int64(d.StatusCode))
+	b = binary.AppendVarint(b, d.FetchedAt.UnixNano())
+	b = binary.AppendVarint(b, d.FreshUntil.UnixNano())
+	b = binary.AppendVarint(b, d.StaleUntil.UnixNano())
+	return append(b, d.Body...)
+}
+
+// decodeDocument parses b. The returned Document's Body aliases b, so b must
+// not be modified afterwards.
+func decodeDocument(b []byte) (*Document, error) {
+	if len(b) == 0 || b[0] != docVersion {
+		return nil, errBadEncoding
+	}
+	b = b[1:]
+	var fields [6]string
+	for i := range fields {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return nil, errBadEncoding
+		}
+		fields[i] = string(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
+	var ints [4]int64
+	for i := range ints {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, errBadEncoding
+		}
+		ints[i] = v
+		b = b[k:]
+	}
+	return &Document{
+		Key: fields[0], URL: fields[1], Upstream: fields[2],
+		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],
+		StatusCode: int(ints[0]),
+		FetchedAt:  time.Unix(0, ints[1]),
+		FreshUntil: time.Unix(0, ints[2]),
+		StaleUntil: time.Unix(0, ints[3]),
+		Body:       b[:len(b):len(b)],
+	}, nil
+}

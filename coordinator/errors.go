@@ -1,0 +1,67 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors returned by the Coordinator. Errors carry detail through
+// %w wrapping; compare with errors.Is. The server package maps each to a
+// gRPC status code.
+var (
+	// ErrInvalidArgument reports malformed input: an empty, relative or
+	// oversized url, a scheme other than http(s), userinfo, control
+	// characters, or an oversized key. It is returned before any I/O.
+	ErrInvalidArgument = errors.New("coordinator: invalid argument")
+	// ErrForbidden reports a url outside every configured upstream. It is
+	// returned before any I/O.
+	ErrForbidden = errors.New("coordinator: url outside every configured upstream")
+	// ErrUnavailable reports that the upstream could not be reached or
+	// answered 5xx, and no usable stale copy exists.
+	ErrUnavailable = errors.New("coordinator: upstream unavailable")
+	// ErrTooLarge reports a body larger than the upstream's max_body_bytes.
+	// Such a body is never cached.
+	ErrTooLarge = errors.New("coordinator: body exceeds max_body_bytes")
+	// ErrBreakerOpen reports that the upstream's circuit breaker is open and
+	// no stale copy exists. It wraps ErrUnavailable.
+	ErrBreakerOpen = fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	// ErrRateLimited reports that the caller's deadline ends before the
+	// upstream's rate limit grants it a slot, and no stale copy exists.
+	ErrRateLimited = errors.New("coordinator: rate limit slot beyond deadline")
+	// ErrClosed reports a call on a closed Coordinator.
+	ErrClosed = errors.New("coordinator: closed")
+)
+
+// errorKind names a sentinel on the wire between instances, so that a
+// follower on another instance gets the same class of error as the leader.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrBreakerOpen):
+		return "breaker_open"
+	case errors.Is(err, ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, ErrRateLimited):
+		return "rate_limited"
+	default:
+		return "unavailable"
+	}
+}
+
+// errorFromKind rebuilds an error published by another instance.
+func errorFromKind(kind, msg string) error {
+	var base error
+	switch kind {
+	case "breaker_open":
+		base = ErrBreakerOpen
+	case "too_large":
+		base = ErrTooLarge
+	case "rate_limited":
+		base = ErrRateLimited
+	default:
+		base = ErrUnavailable
+	}
+	if msg == "" {
+		return base
+	}
+	return fmt.Errorf("%w (from leader: %s)", base, msg)
+}

@@ -1,0 +1,73 @@
+package coordinator
+
+import "sync"
+
+// flight is the one fill of one key in this instance. Every concurrent
+// caller of the key joins it; only the flight touches Redis and the
+// upstream. Callers leave when their context ends; the flight goes on and
+// always finishes filling the cache.
+type flight struct {
+	t    Target
+	seed *Document // usable stale copy from L1 at start, or nil
+
+	mu      sync.Mutex    // protects the fields below
+	events  []Progress    // flight-wide progress, replayed to each caller
+	changed chan struct{} // closed and replaced whenever the fields below change
+	stale   *Result       // usable stale copy, served at once to callers that accept stale
+	done    bool
+	res     *Result // on success; or the stale copy when err != nil
+	err     error
+}
+
+func newFlight(t Target, seed *Document) *flight {
+	return &flight{t: t, seed: seed, changed: make(chan struct{})}
+}
+
+// signalLocked wakes every caller waiting on the flight. f.mu must be held.
+func (f *flight) signalLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// report records a progress event for every present and future caller.
+func (f *flight) report(p Progress) {
+	f.mu.Lock()
+	if !f.done {
+		f.events = append(f.events, p)
+		f.signalLocked()
+	}
+	f.mu.Unlock()
+}
+
+// offerStale makes a stale copy available to callers that accept it.
+func (f *flight) offerStale(r *Result) {
+	f.mu.Lock()
+	f.stale = r
+	f.signalLocked()
+	f.mu.Unlock()
+}
+
+// finish records the outcome. res may be a stale fallback when err != nil.
+func (f *flight) finish(res *Result, err error) {
+	f.mu.Lock()
+	f.done, f.res, f.err = true, res, err
+	f.signalLocked()
+	f.mu.Unlock()
+}
+
+// snapshot returns what a caller needs to decide, and the channel that
+// closes on the next change.
+type snapshot struct {
+	events []Progress
+	stale  *Result
+	done   bool
+	res    *Result
+	err    error
+	next   <-chan struct{}
+}
+
+func (f *flight) snapshot(seen int) snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return snapshot{events: f.events[seen:len(f.events):len(f.events)], stale: f.stale, done: f.done, res: f.res, err: f.err, next: f.changed}
+}

@@ -1,0 +1,169 @@
+package coordinator
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Input limits, checked before any I/O.
+const (
+	MaxURLBytes = 2048 // longest url accepted
+	MaxKeyBytes = 512  // longest cache key accepted
+)
+
+// Target is a validated request: the canonical url, its cache key and the
+// upstream it belongs to. Build one with Coordinator.Resolve.
+type Target struct {
+	URL      string // canonical url
+	Key      string // cache key: the caller's, or URL
+	upstream *Upstream
+}
+
+// Upstream returns the name of the target's upstream.
+func (t Target) Upstream() string { return t.upstream.Name }
+
+// Resolve validates rawURL and key and finds the upstream rawURL belongs to.
+// It does no I/O. Errors wrap ErrInvalidArgument or ErrForbidden.
+func (c *Coordinator) Resolve(rawURL, key string) (Target, error) {
+	u, err := canonicalURL(rawURL)
+	if err != nil {
+		return Target{}, err
+	}
+	if err := checkKey(key); err != nil {
+		return Target{}, err
+	}
+	up := c.match(u)
+	if up == nil {
+		return Target{}, fmt.Errorf("%w: %s", ErrForbidden, u.Redacted())
+	}
+	t := Target{URL: u.String(), Key: key, upstream: up}
+	if t.Key == "" {
+		t.Key = t.URL
+	}
+	return t, nil
+}
+
+// ResolveKey validates a bare cache key (for Invalidate by key).
+func ResolveKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: key is empty", ErrInvalidArgument)
+	}
+	return checkKey(key)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b < 0x20 || b == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func checkKey(key string) error {
+	switch {
+	case len(key) > MaxKeyBytes:
+		return invalid("key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
+	case hasControl(key):
+		return invalid("key contains control characters")
+	case !utf8.ValidString(key):
+		return invalid("key is not valid UTF-8")
+	}
+	return nil
+}
+
+// canonicalURL validates raw and returns its canonical form: lower-case
+// scheme and host, no default port, dot segments resolved, no fragment,
+// query parameters sorted.
+func canonicalURL(raw string) (*url.URL, error) {
+	switch {
+	case raw == "":
+		return nil, invalid("url is empty")
+	case len(raw) > MaxURLBytes:
+		return nil, invalid("url is %d bytes; the limit is %d", len(raw), MaxURLBytes)
+	case hasControl(raw):
+		return nil, invalid("url contains control characters")
+	case !utf8.ValidString(raw):
+		return nil, invalid("url is not valid UTF-8")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, invalid("url does not parse: %v", err.(*url.Error).Err)
+	}
+	if !u.IsAbs() || u.Host == "" || u.Opaque != "" {
+		return nil, invalid("url %q is not absolute", raw)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, invalid("url scheme %q is not http or https", u.Scheme)
+	}
+	if u.User != nil {
+		return nil, invalid("url must not contain userinfo")
+	}
+	if u.Port() != "" {
+		if _, err := net.LookupPort("tcp", u.Port()); err != nil {
+			return nil, invalid("url port %q is not a port", u.Port())
+		}
+	}
+	u.Host = canonicalHost(u.Scheme, u.Host)
+	u.Fragment, u.RawFragment = "", ""
+	p := u.Path
+	if p == "" {
+		p = "/"
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	u.Path, u.RawPath = clean, ""
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return nil, invalid("url query does not parse: %v", err)
+		}
+		u.RawQuery = q.Encode()
+	}
+	u.ForceQuery = false
+	return u, nil
+}
+
+func canonicalHost(scheme, host string) string {
+	host = strings.ToLower(host)
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		if (scheme == "http" && p == "80") || (scheme == "https" && p == "443") {
+			if strings.Contains(h, ":") {
+				return "[" + h + "]"
+			}
+			return h
+		}
+	}
+	return host
+}
+
+// match returns the upstream u belongs to: same scheme and host, and a path
+// under the upstream's base path, segment by segment.
+func (c *Coordinator) match(u *url.URL) *Upstream {
+	for i := range c.cfg.Upstreams {
+		up := &c.cfg.Upstreams[i]
+		if within(up, u) {
+			return up
+		}
+	}
+	return nil
+}
+
+func within(up *Upstream, u *url.URL) bool {
+	b := up.base
+	if u.Scheme != b.Scheme || u.Host != b.Host {
+		return false
+	}
+	return b.Path == "" || u.Path == b.Path || strings.HasPrefix(u.Path, b.Path+"/")
+}

@@ -1,0 +1,105 @@
+package coordinator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func newTestCoordinator(t *testing.T, cfg Config) *Coordinator {
+	t.Helper()
+	c, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestResolve(t *testing.T) {
+	c := newTestCoordinator(t, Config{Upstreams: []Upstream{
+		{Name: "mdn", BaseURL: "https://developer.mozilla.org"},
+		{Name: "local", BaseURL: "http://127.0.0.1:8080/docs/"},
+	}})
+	tests := []struct {
+		name, url, key string
+		want           error
+		wantURL        string
+	}{
+		{name: "plain", url: "https://developer.mozilla.org/en-US/docs/Web", wantURL: "https://developer.mozilla.org/en-US/docs/Web"},
+		{name: "case and default port", url: "HTTPS://Developer.Mozilla.ORG:443/a", wantURL: "https://developer.mozilla.org/a"},
+		{name: "fragment dropped, query sorted", url: "https://developer.mozilla.org/a?b=2&a=1#x", wantURL: "https://developer.mozilla.org/a?a=1&b=2"},
+		{name: "dot segments", url: "https://developer.mozilla.org/a/../b/./c", wantURL: "https://developer.mozilla.org/b/c"},
+		{name: "empty path", url: "https://developer.mozilla.org", wantURL: "https://developer.mozilla.org/"},
+		{name: "base path", url: "http://127.0.0.1:8080/docs/x", wantURL: "http://127.0.0.1:8080/docs/x"},
+		{name: "custom key", url: "https://developer.mozilla.org/a", key: "k1", wantURL: "https://developer.mozilla.org/a"},
+		{name: "empty", url: "", want: ErrInvalidArgument},
+		{name: "relative", url: "/en-US/docs/Web", want: ErrInvalidArgument},
+		{name: "scheme-relative", url: "//developer.mozilla.org/a", want: ErrInvalidArgument},
+		{name: "ftp", url: "ftp://developer.mozilla.org/a", want: ErrInvalidArgument},
+		{name: "file", url: "file:///etc/passwd", want: ErrInvalidArgument},
+		{name: "javascript", url: "javascript:alert(1)", want: ErrInvalidArgument},
+		{name: "userinfo", url: "https://user:pw@developer.mozilla.org/a", want: ErrInvalidArgument},
+		{name: "control char", url: "https://developer.mozilla.org/a\nb", want: ErrInvalidArgument},
+		{name: "nul", url: "https://developer.mozilla.org/a\x00", want: ErrInvalidArgument},
+		{name: "oversized url", url: "https://developer.mozilla.org/" + strings.Repeat("a", MaxURLBytes), want: ErrInvalidArgument},
+		{name: "oversized key", url: "https://developer.mozilla.org/a", key: strings.Repeat("k", MaxKeyBytes+1), want: ErrInvalidArgument},
+		{name: "control in key", url: "https://developer.mozilla.org/a", key: "a\tb", want: ErrInvalidArgument},
+		{name: "bad utf8 key", url: "https://developer.mozilla.org/a", key: "\xff", want: ErrInvalidArgument},
+		{name: "bad port", url: "https://developer.mozilla.org:99999/a", want: ErrInvalidArgument},
+		{name: "other host", url: "https://evil.example/a", want: ErrForbidden},
+		{name: "host suffix", url: "https://developer.mozilla.org.evil.example/a", want: ErrForbidden},
+		{name: "other scheme of host", url: "http://developer.mozilla.org/a", want: ErrForbidden},
+		{name: "other port", url: "http://127.0.0.1:8081/docs/x", want: ErrForbidden},
+		{name: "outside base path", url: "http://127.0.0.1:8080/admin", want: ErrForbidden},
+		{name: "base path prefix trick", url: "http://127.0.0.1:8080/docsevil/x", want: ErrForbidden},
+		{name: "dot escape", url: "http://127.0.0.1:8080/docs/../admin", want: ErrForbidden},
+		{name: "metadata IP", url: "http://169.254.169.254/latest/meta-data", want: ErrForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := c.Resolve(tt.url, tt.key)
+			if tt.want != nil {
+				if !errors.Is(err, tt.want) {
+					t.Fatalf("Resolve(%q, %q) error = %v; want %v", tt.url, tt.key, err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Resolve(%q) error = %v", tt.url, err)
+			}
+			if got.URL != tt.wantURL {
+				t.Errorf("URL = %q; want %q", got.URL, tt.wantURL)
+			}
+			wantKey := tt.key
+			if wantKey == "" {
+				wantKey = tt.wantURL
+			}
+			if got.Key != wantKey {
+				t.Errorf("Key = %q; want %q", got.Key, wantKey)
+			}
+		})
+	}
+}
+
+func TestConfigValidateNamesField(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"bad base url", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "ftp://x"}}}, "upstreams[0] (a).base_url"},
+		{"bad name", Config{Upstreams: []Upstream{{Name: "a b", BaseURL: "http://x"}}}, "upstreams[0].name"},
+		{"duplicate", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "http://x"}, {Name: "a", BaseURL: "http://y"}}}, "upstreams[1].name"},
+		{"negative ttl", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "http://x", TTL: -1}}}, "upstreams[0] (a).ttl"},
+		{"tiny l1", Config{L1MaxBytes: 10}, "l1_max_bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("New error = %v; want one naming %q", err, tt.field)
+			}
+		})
+	}
+}

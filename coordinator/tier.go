@@ -1,0 +1,108 @@
+package coordinator
+
+import (
+	"context"
+	"math/bits"
+	"runtime"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/allegro/bigcache/v3"
+)
+
+// l1Cache is the in-memory tier: a bigcache bounded in bytes, plus a map of
+// weak pointers to the Documents currently alive in this process. The weak
+// map lets a hit share the very buffer that the flight, or another caller
+// still streaming it, already holds, instead of copying it out of bigcache
+// again; it holds no memory of its own beyond what callers keep alive.
+// l1Cache is safe for concurrent use.
+type l1Cache struct {
+	bc *bigcache.BigCache
+
+	mu  sync.Mutex // protects hot
+	hot map[string]weak.Pointer[Document]
+}
+
+func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
+	// bigcache refuses entries larger than one shard, so pick the most
+	// shards (a power of two, at most 1024) that still fit two of the
+	// largest documents each.
+	shards := 1024
+	for shards > 1 && maxBytes/int64(shards) < 2*(maxEntry+4096) {
+		shards >>= 1
+	}
+	if bits.OnesCount(uint(shards)) != 1 {
+		shards = 1
+	}
+	cfg := bigcache.DefaultConfig(life)
+	cfg.Shards = shards
+	cfg.CleanWindow = time.Minute
+	cfg.MaxEntriesInWindow = 1024
+	cfg.MaxEntrySize = 16 << 10
+	cfg.HardMaxCacheSize = int(max(1, maxBytes>>20))
+	cfg.Verbose = false
+	cfg.Logger = nil
+	bc, err := bigcache.New(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &l1Cache{bc: bc, hot: make(map[string]weak.Pointer[Document])}, nil
+}
+
+// Get returns the cached Document for key, or nil.
+func (l *l1Cache) Get(key string) *Document {
+	l.mu.Lock()
+	if d := l.hot[key].Value(); d != nil {
+		l.mu.Unlock()
+		return d
+	}
+	l.mu.Unlock()
+	b, err := l.bc.Get(key)
+	if err != nil {
+		return nil
+	}
+	d, err := decodeDocument(b)
+	if err != nil || d.Key != key {
+		return nil
+	}
+	l.remember(d)
+	return d
+}
+
+// Set stores d under d.Key, replacing any older copy.
+func (l *l1Cache) Set(d *Document) {
+	if err := l.bc.Set(d.Key, d.encode()); err != nil {
+		l.Delete(d.Key) // too large for a shard: never serve an older copy
+		return
+	}
+	l.remember(d)
+}
+
+// Delete removes key.
+func (l *l1Cache) Delete(key string) {
+	l.mu.Lock()
+	delete(l.hot, key)
+	l.mu.Unlock()
+	_ = l.bc.Delete(key)
+}
+
+func (l *l1Cache) remember(d *Document) {
+	p := weak.Make(d)
+	l.mu.Lock()
+	l.hot[d.Key] = p
+	l.mu.Unlock()
+	runtime.AddCleanup(d, l.forget, d.Key)
+}
+
+// forget drops key's weak entry once its Document has been collected,
+// unless a newer Document has taken its place.
+func (l *l1Cache) forget(key string) {
+	l.mu.Lock()
+	if p, ok := l.hot[key]; ok && p.Value() == nil {
+		delete(l.hot, key)
+	}
+	l.mu.Unlock()
+}
+
+func (l *l1Cache) Close() error { return l.bc.Close() }

@@ -1,0 +1,155 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// FetchRequest is one request to an upstream.
+type FetchRequest struct {
+	URL          string // canonical url, inside the upstream
+	ETag         string // sent as If-None-Match when set
+	LastModified string // sent as If-Modified-Since when set
+}
+
+// Response is an upstream's answer with its body read in full.
+type Response struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+// Fetcher fetches from one upstream. It is the seam where retries, the
+// circuit breaker and the rate limit wrap the plain HTTP fetch. A Fetcher
+// returns a Response for every HTTP answer, whatever its status, and an
+// error only when there is none (network error, timeout, too large, breaker
+// open). report, when not nil, receives progress events; it is called from
+// the Fetch goroutine. Implementations must be safe for concurrent use.
+type Fetcher interface {
+	Fetch(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error)
+}
+
+// FetcherFunc adapts a function to a Fetcher.
+type FetcherFunc func(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error)
+
+// Fetch calls f.
+func (f FetcherFunc) Fetch(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error) {
+	return f(ctx, req, report)
+}
+
+// httpFetcher does one HTTP attempt against one upstream: bounded by the
+// upstream's timeout and max_body_bytes, following redirects only within
+// the upstream.
+type httpFetcher struct {
+	up     *Upstream
+	client *http.Client
+}
+
+func newHTTPFetcher(up *Upstream, transport http.RoundTripper) *httpFetcher {
+	f := &httpFetcher{up: up}
+	f.client = &http.Client{
+		Transport: transport,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return http.ErrUseLastResponse
+			}
+			u, err := canonicalURL(req.URL.String())
+			if err != nil || !within(up, u) {
+				// Leaving the upstream: deliver the redirect itself.
+				return http.ErrUseLastResponse
+			}
+			return nil
+		},
+	}
+	return f
+}
+
+func (f *httpFetcher) Fetch(ctx context.Context, fr FetchRequest, _ func(Progress)) (*Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.up.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fr.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	req.Header.Set("User-Agent", "coordd/1")
+	if fr.ETag != "" {
+		req.Header.Set("If-None-Match", fr.ETag)
+	}
+	if fr.LastModified != "" {
+		req.Header.Set("If-Modified-Since", fr.LastModified)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, f.up.Name, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	max := f.up.MaxBodyBytes
+	if resp.ContentLength > max {
+		return nil, fmt.Errorf("%w: %s answered %d bytes; the limit is %d", ErrTooLarge, f.up.Name, resp.ContentLength, max)
+	}
+	size := int64(64 << 10)
+	if resp.ContentLength > 0 {
+		size = resp.ContentLength + 1
+	}
+	buf := make([]byte, 0, min(size, max+1))
+	body, err := readAll(io.LimitReader(resp.Body, max+1), buf)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: reading body: %v", ErrUnavailable, f.up.Name, unwrapURLError(err))
+	}
+	if int64(len(body)) > max {
+		return nil, fmt.Errorf("%w: %s answered more than %d bytes", ErrTooLarge, f.up.Name, max)
+	}
+	return &Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: body}, nil
+}
+
+// readAll is io.ReadAll into a caller-sized buffer, so that a body with a
+// Content-Length is read with one allocation.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return b, err
+		}
+	}
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return fmt.Errorf("timeout: %w", context.DeadlineExceeded)
+		}
+		return ue.Err
+	}
+	return err
+}
+
+// parseRetryAfter reads a Retry-After header in seconds or as an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	var secs int64
+	if _, err := fmt.Sscanf(v, "%d", &secs); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d, true
+		}
+		return 0, true
+	}
+	return 0, false
+}

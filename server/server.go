@@ -1,0 +1,215 @@
+// Package server exposes a coordinator.Coordinator as the gRPC service
+// coordd.v1.CoordinatorService, with health and reflection. It translates
+// between the wire and the engine, and is the only place that chooses gRPC
+// status codes.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/coordinator"
+)
+
+// RedisHealthService is the health-service name whose status reports the
+// Redis component: NOT_SERVING while coordd runs degraded (in-process
+// coordination only). The overall ("") status stays SERVING meanwhile, so
+// that a load balancer does not pull every instance at once.
+const RedisHealthService = "coordd.v1.CoordinatorService/redis"
+
+// Server implements coorddv1.CoordinatorServiceServer over a Coordinator.
+type Server struct {
+	coorddv1.UnimplementedCoordinatorServiceServer
+	c   *coordinator.Coordinator
+	log *slog.Logger
+}
+
+var _ coorddv1.CoordinatorServiceServer = (*Server)(nil)
+
+// New returns a Server over c.
+func New(c *coordinator.Coordinator, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{c: c, log: log.With("component", "server")}
+}
+
+// GRPC is a ready-to-serve grpc.Server with coordd's service, health and
+// reflection registered.
+type GRPC struct {
+	*grpc.Server
+	Health *health.Server
+}
+
+// NewGRPC builds the grpc.Server for s: recovery and logging interceptors,
+// keepalive, the pass-through codec for pre-encoded chunks, the standard
+// health service and server reflection. opts are appended.
+func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
+	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	recoverOpt := recovery.WithRecoveryHandler(func(p any) error {
+		s.log.Error("handler panicked", "panic", p)
+		return toStatus(coordinator.ErrUnavailable)
+	})
+	base := []grpc.ServerOption{
+		codecOption(),
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(logger, logOpts...),
+			recovery.UnaryServerInterceptor(recoverOpt),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(logger, logOpts...),
+			recovery.StreamServerInterceptor(recoverOpt),
+		),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: 5 * time.Minute,  // close idle client connections
+			Time:              30 * time.Second, // ping a quiet client after this
+			Timeout:           10 * time.Second, // and drop it if no ack by then
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second, // clients may ping this often
+			PermitWithoutStream: true,             // even with no active call
+		}),
+		grpc.MaxConcurrentStreams(10000), // many agents share few connections
+	}
+	g := grpc.NewServer(append(base, opts...)...)
+	coorddv1.RegisterCoordinatorServiceServer(g, s)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return &GRPC{Server: g, Health: hs}
+}
+
+// SetRedisHealth records the Redis component's status.
+func (g *GRPC) SetRedisHealth(up bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !up {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	g.Health.SetServingStatus(RedisHealthService, st)
+}
+
+// Drain marks every service NOT_SERVING, so that load balancers stop
+// sending new calls, then stops gracefully within grace and hard after.
+func (g *GRPC) Drain(grace time.Duration) {
+	g.Health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		g.Stop()
+		<-done
+	}
+}
+
+// GetOrFetch streams the document: progress events, one metadata, then the
+// body in chunks of at most ChunkSize bytes.
+func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+	t, err := s.c.Resolve(req.GetUrl(), req.GetKey())
+	if err != nil {
+		return toStatus(err)
+	}
+	ctx := stream.Context()
+	res, err := s.c.Get(ctx, t, coordinator.GetOptions{
+		NoStale: req.GetNoStale(),
+		Progress: func(p coordinator.Progress) {
+			// A failed send means the caller is gone; ctx ends and Get returns.
+			_ = stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(p)}})
+		},
+	})
+	if err != nil {
+		return toStatus(err)
+	}
+	d := res.Doc
+	now := time.Now()
+	md := &coorddv1.Metadata{
+		Source:       sourcePB(res.Source),
+		Stale:        res.Stale,
+		StatusCode:   int32(d.StatusCode),
+		ContentType:  d.ContentType,
+		Age:          durationpb.New(d.Age(now)),
+		Size:         int64(len(d.Body)),
+		Key:          d.Key,
+		Upstream:     d.Upstream,
+		Etag:         d.ETag,
+		LastModified: d.LastModified,
+		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
+	}
+	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
+		return err
+	}
+	for _, f := range frames(d) {
+		if err := stream.SendMsg(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Invalidate removes a document from L2 and from every instance's L1.
+func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest) (*coorddv1.InvalidateResponse, error) {
+	key := req.GetKey()
+	if key != "" {
+		if err := coordinator.ResolveKey(key); err != nil {
+			return nil, toStatus(err)
+		}
+	} else {
+		t, err := s.c.Resolve(req.GetUrl(), "")
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		key = t.Key
+	}
+	existed, err := s.c.Invalidate(ctx, key)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &coorddv1.InvalidateResponse{Key: key, Existed: existed}, nil
+}
+
+func sourcePB(s coordinator.Source) coorddv1.Source {
+	switch s {
+	case coordinator.SourceL1:
+		return coorddv1.Source_SOURCE_L1
+	case coordinator.SourceL2:
+		return coorddv1.Source_SOURCE_L2
+	case coordinator.SourceUpstream:
+		return coorddv1.Source_SOURCE_UPSTREAM
+	}
+	return coorddv1.Source_SOURCE_UNSPECIFIED
+}
+
+func progressPB(p coordinator.Progress) *coorddv1.Progress {
+	pb := &coorddv1.Progress{
+		Role:    coorddv1.Role(p.Role), // the enums share their numbering
+		Stage:   coorddv1.Stage(p.Stage),
+		Detail:  p.Detail,
+		Attempt: int32(p.Attempt),
+	}
+	if p.Wait > 0 {
+		pb.Wait = durationpb.New(p.Wait)
+	}
+	return pb
+}
