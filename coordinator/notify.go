@@ -123,8 +123,19 @@ func (h *hub) resetAll() {
 // resubscribes a broken PubSub on the next Receive; each confirmation is
 // followed by resetAll. A ping every interval detects a frozen Redis.
 func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(error)) {
+	var psMu sync.Mutex // protects ps, which Close of ctx must be able to interrupt
 	ps := h.rdb.Subscribe(ctx, h.channel)
-	defer ps.Close()
+	stop := context.AfterFunc(ctx, func() {
+		psMu.Lock()
+		_ = ps.Close() // unblocks a pending Receive
+		psMu.Unlock()
+	})
+	defer stop()
+	defer func() {
+		psMu.Lock()
+		_ = ps.Close()
+		psMu.Unlock()
+	}()
 	pinged := false
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
@@ -148,8 +159,10 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 			}
 			pinged = false
 			// A frozen connection must be dropped; a dead one is already.
+			psMu.Lock()
 			_ = ps.Close()
 			ps = h.rdb.Subscribe(ctx, h.channel)
+			psMu.Unlock()
 			select {
 			case <-ctx.Done():
 				return

@@ -38,7 +38,7 @@ type Options struct {
 	// RedisURL is the shared Redis; empty: single-node mode.
 	RedisURL string
 	// Config is the coordinator's configuration; Logger defaults to one
-	// that logs warnings and above to stderr.
+	// that logs errors only to stderr.
 	Config coordinator.Config
 	// Addr to listen on. Default: a free port on 127.0.0.1.
 	Addr string
@@ -49,7 +49,7 @@ func Start(t testing.TB, o Options) *Instance {
 	t.Helper()
 	cfg := o.Config
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	var rdb *redis.Client
 	if o.RedisURL != "" {

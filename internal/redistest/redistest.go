@@ -174,8 +174,11 @@ func (s *Server) URL() string {
 // Client returns a go-redis client for the server, closed when t ends.
 // Each opt may adjust the options (timeouts, retries) before the client is
 // built; Addr is already set. Otherwise go-redis defaults apply: a command
-// against a paused server waits out the 3s ReadTimeout, so fault tests
-// usually shorten it.
+// against a paused server waits out the 5s ReadTimeout, so fault tests
+// usually shorten it. After PoolSize failed dials (say, many commands
+// against a killed server) go-redis stops dialing and returns its last dial
+// error until a background probe, about once a second, gets through, so
+// commands may keep failing briefly after Restart.
 func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	o := &redis.Options{Addr: s.Addr()}

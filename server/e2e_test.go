@@ -1,0 +1,422 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+// cluster is n coordd instances sharing one real Redis, in front of one
+// fake upstream.
+type cluster struct {
+	redis     *redistest.Server
+	up        *fakeupstream.Upstream
+	instances []*coorddtest.Instance
+	clients   []coorddv1.CoordinatorServiceClient
+}
+
+func startCluster(t *testing.T, n int, tune func(*coordinator.Config)) *cluster {
+	t.Helper()
+	cl := &cluster{redis: redistest.Start(t), up: fakeupstream.New(t)}
+	for range n {
+		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
+		if tune != nil {
+			tune(&cfg)
+		}
+		in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
+		cl.instances = append(cl.instances, in)
+		cl.clients = append(cl.clients, in.Dial(t))
+	}
+	return cl
+}
+
+func (cl *cluster) url(path string) string { return cl.up.URL() + path }
+
+// waitUnlocked waits until no instance holds key's fill lock.
+func (cl *cluster) waitUnlocked(t *testing.T, key string) {
+	t.Helper()
+	rdb := cl.redis.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := rdb.Exists(context.Background(), "coordd:lock:"+key).Result()
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fill lock of %s still held", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type outcome struct {
+	doc      *coorddtest.Doc
+	err      error
+	instance int
+	at       time.Time // when the metadata arrived
+}
+
+// burst runs callers concurrent GetOrFetch calls for path, spread over the
+// instances, released together.
+func (cl *cluster) burst(t *testing.T, ctx context.Context, callers int, req func(i int) *coorddv1.GetOrFetchRequest) []outcome {
+	t.Helper()
+	out := make([]outcome, callers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			k := i % len(cl.clients)
+			d, err := coorddtest.Get(ctx, cl.clients[k], req(i))
+			out[i] = outcome{doc: d, err: err, instance: k, at: time.Now()}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+func TestStampedeAcrossInstances(t *testing.T) {
+	cl := startCluster(t, 3, nil)
+	const path = "/en-US/docs/Web/API/Fetch"
+	// Hold the upstream answer until every caller has joined, so that all
+	// 300 are waiting when it lands.
+	release := make(chan struct{})
+	cl.up.Set(path, fakeupstream.Behavior{Block: release})
+	var landed atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		_ = cl.up.WaitCount(ctx, path, 1)
+		time.Sleep(300 * time.Millisecond) // let the other callers subscribe
+		landed.Store(time.Now().UnixNano())
+		close(release)
+	}()
+	const callers = 300
+	out := cl.burst(t, ctx, callers, func(int) *coorddv1.GetOrFetchRequest {
+		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
+	})
+	want := cl.up.Body(path)
+	sources := map[coorddv1.Source]int{}
+	var lags []time.Duration
+	for i, o := range out {
+		if o.err != nil {
+			t.Fatalf("caller %d: %v", i, o.err)
+		}
+		if !bytes.Equal(o.doc.Body, want) {
+			t.Fatalf("caller %d: body differs (%d bytes; want %d)", i, len(o.doc.Body), len(want))
+		}
+		if o.doc.Meta.GetStatusCode() != 200 || o.doc.Meta.GetStale() {
+			t.Fatalf("caller %d: metadata %v", i, o.doc.Meta)
+		}
+		sources[o.doc.Meta.GetSource()]++
+		lags = append(lags, o.at.Sub(time.Unix(0, landed.Load())))
+	}
+	if got := cl.up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want exactly 1", got)
+	}
+	var fetched int64
+	for _, in := range cl.instances {
+		fetched += in.Coordinator.UpstreamRequests()
+	}
+	if fetched != 1 {
+		t.Fatalf("instances started %d upstream fetches; want 1", fetched)
+	}
+	// One instance's flight fetched (its callers see UPSTREAM); the other
+	// two were pushed the result through Redis (L2).
+	if sources[coorddv1.Source_SOURCE_UPSTREAM] != callers/3 || sources[coorddv1.Source_SOURCE_L2] != 2*callers/3 {
+		t.Fatalf("sources = %v; want %d UPSTREAM and %d L2", sources, callers/3, 2*callers/3)
+	}
+	sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+	p50, p99, worst := lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]
+	t.Logf("follower lag after the upstream answered (300 callers, 3 instances): p50=%v p99=%v max=%v", p50, p99, worst)
+	// Not a speed assertion: a follower that missed its push would only
+	// finish at the lock-lease fallback (LockTTL = 10s).
+	if worst > 5*time.Second {
+		t.Fatalf("slowest follower finished %v after the upstream answered; a push was lost", worst)
+	}
+}
+
+func TestLargeBodyStreamsInChunks(t *testing.T) {
+	cl := startCluster(t, 2, nil)
+	const path = "/big"
+	const size = 6 << 20
+	cl.up.Set(path, fakeupstream.Behavior{Size: size})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := fakeupstream.SizedBody(path, size)
+	for i, c := range []coorddv1.CoordinatorServiceClient{cl.clients[0], cl.clients[1], cl.clients[0]} {
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		if err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		if !bytes.Equal(d.Body, want) {
+			t.Fatalf("get %d: body differs", i)
+		}
+		if wantChunks := size / (64 << 10); d.Chunks != wantChunks {
+			t.Fatalf("get %d: %d chunks; want %d of 64 KiB", i, d.Chunks, wantChunks)
+		}
+		wantSrc := []coorddv1.Source{coorddv1.Source_SOURCE_UPSTREAM, coorddv1.Source_SOURCE_L2, coorddv1.Source_SOURCE_L1}[i]
+		if d.Meta.GetSource() != wantSrc {
+			t.Fatalf("get %d: source %v; want %v", i, d.Meta.GetSource(), wantSrc)
+		}
+	}
+	if got := cl.up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+func TestBodyOverLimitFailsAndIsNotCached(t *testing.T) {
+	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Upstreams[0].MaxBodyBytes = 1000 })
+	cl.up.Set("/huge", fakeupstream.Behavior{Size: 5000})
+	ctx := context.Background()
+	for range 2 {
+		_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/huge")})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "max_body_bytes") {
+			t.Fatalf("err = %v; want FAILED_PRECONDITION naming max_body_bytes", err)
+		}
+	}
+	if got := cl.up.Count("/huge"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2 (never cached)", got)
+	}
+}
+
+// clock is a settable clock for freshness tests.
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
+	clk := &clock{}
+	clk.ns.Store(time.Now().UnixNano())
+	cl := startCluster(t, 2, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.Upstreams[0].TTL = time.Minute
+		c.Upstreams[0].StaleTTL = time.Hour
+	})
+	const path = "/stale"
+	ctx := context.Background()
+	get := func(i int, noStale bool) (*coorddtest.Doc, error) {
+		return coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: noStale})
+	}
+	if _, err := get(0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := get(1, false); err != nil { // instance 1 now holds it in L1 too
+		t.Fatal(err)
+	}
+	want := cl.up.Body(path)
+	clk.Advance(2 * time.Minute) // past TTL, inside the stale window
+	cl.up.Set(path, fakeupstream.Status(503))
+
+	// stale-if-error: the flight fails; the stale copy is served instead.
+	d, err := get(0, true)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("no_stale call: err = %v; want UNAVAILABLE", err)
+	}
+	// stale-while-revalidate: served at once from L1, refreshed in the background.
+	d, err = get(1, false)
+	if err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, want) || d.Meta.GetStatusCode() != 200 {
+		t.Fatalf("stale call: %v, %+v; want the stale copy", err, d)
+	}
+	if err := cl.up.WaitCount(ctx, path, 3); err != nil { // 1 fill + the no_stale try + the background refresh
+		t.Fatal(err)
+	}
+	cl.waitUnlocked(t, cl.url(path)) // the failed refresh has ended
+	// Once the upstream recovers, a refresh lands and both instances serve it fresh.
+	cl.up.Clear(path)
+	d, err = get(0, true)
+	if err != nil || d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
+		t.Fatalf("after recovery: %v, %+v; want a fresh upstream copy", err, d.Meta)
+	}
+	d, err = get(1, true)
+	if err != nil || d.Meta.GetStale() {
+		t.Fatalf("instance 1 after recovery: %v, %+v; want fresh", err, d.Meta)
+	}
+}
+
+func TestStaleIfErrorFromL2(t *testing.T) {
+	// A stale copy another instance stored in Redis is served on error.
+	clk := &clock{}
+	clk.ns.Store(time.Now().UnixNano())
+	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
+	ctx := context.Background()
+	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	cl.up.Set("/x", fakeupstream.ResetConnection())
+	d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")})
+	if err != nil || !d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
+		t.Fatalf("got %v, %+v; want the stale L2 copy", err, d)
+	}
+}
+
+func TestBadInputRefusedBeforeIO(t *testing.T) {
+	cl := startCluster(t, 1, nil)
+	c := cl.clients[0]
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		req  *coorddv1.GetOrFetchRequest
+		want codes.Code
+	}{
+		{"empty", &coorddv1.GetOrFetchRequest{}, codes.InvalidArgument},
+		{"relative", &coorddv1.GetOrFetchRequest{Url: "/en-US/docs/Web"}, codes.InvalidArgument},
+		{"scheme", &coorddv1.GetOrFetchRequest{Url: "ftp://127.0.0.1/a"}, codes.InvalidArgument},
+		{"userinfo", &coorddv1.GetOrFetchRequest{Url: strings.Replace(cl.url("/a"), "http://", "http://u:p@", 1)}, codes.InvalidArgument},
+		{"control", &coorddv1.GetOrFetchRequest{Url: cl.url("/a\r\nX-Injected: 1")}, codes.InvalidArgument},
+		{"oversized url", &coorddv1.GetOrFetchRequest{Url: cl.url("/" + strings.Repeat("a", 3000))}, codes.InvalidArgument},
+		{"oversized key", &coorddv1.GetOrFetchRequest{Url: cl.url("/a"), Key: strings.Repeat("k", 600)}, codes.InvalidArgument},
+		{"outside upstream", &coorddv1.GetOrFetchRequest{Url: "https://example.com/a"}, codes.PermissionDenied},
+		{"internal host", &coorddv1.GetOrFetchRequest{Url: "http://127.0.0.1:6379/"}, codes.PermissionDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := coorddtest.Get(ctx, c, tt.req)
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("code = %v (%v); want %v", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := c.Invalidate(ctx, &coorddv1.InvalidateRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Invalidate(empty) = %v; want INVALID_ARGUMENT", err)
+	}
+	if _, err := c.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: "https://example.com/"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Invalidate(outside) = %v; want PERMISSION_DENIED", err)
+	}
+	if n := cl.up.Total(); n != 0 {
+		t.Fatalf("upstream saw %d requests; want 0", n)
+	}
+	// And the server still serves.
+	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/ok")}); err != nil {
+		t.Fatalf("after bad input: %v", err)
+	}
+}
+
+func TestUpstreamStatuses(t *testing.T) {
+	cl := startCluster(t, 1, nil)
+	ctx := context.Background()
+	cl.up.Set("/missing", fakeupstream.Status(404))
+	cl.up.Set("/gone", fakeupstream.Status(410))
+	cl.up.Set("/forbidden", fakeupstream.Status(403))
+	cl.up.Set("/broken", fakeupstream.Status(500))
+	cl.up.Set("/outside", fakeupstream.Redirect("https://example.com/elsewhere"))
+	cl.up.Set("/inside", fakeupstream.Redirect("/target"))
+	tests := []struct {
+		path      string
+		wantCode  codes.Code
+		wantHTTP  int32
+		wantCount int // upstream requests after two calls
+	}{
+		{"/missing", codes.OK, 404, 1},   // cached briefly
+		{"/gone", codes.OK, 410, 1},      // cached briefly
+		{"/forbidden", codes.OK, 403, 2}, // delivered as is, not cached
+		{"/broken", codes.Unavailable, 0, 2},
+		{"/outside", codes.OK, 302, 2}, // not followed out of the upstream
+		{"/inside", codes.OK, 200, 1},  // followed within it
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			for range 2 {
+				d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				if status.Code(err) != tt.wantCode {
+					t.Fatalf("code = %v (%v); want %v", status.Code(err), err, tt.wantCode)
+				}
+				if err == nil && d.Meta.GetStatusCode() != tt.wantHTTP {
+					t.Fatalf("status_code = %d; want %d", d.Meta.GetStatusCode(), tt.wantHTTP)
+				}
+			}
+			if got := cl.up.Count(tt.path); got != tt.wantCount {
+				t.Fatalf("upstream requests = %d; want %d", got, tt.wantCount)
+			}
+		})
+	}
+	if got := cl.up.Count("/target"); got != 1 {
+		t.Fatalf("redirect target requests = %d; want 1", got)
+	}
+}
+
+func TestInvalidateEveryInstance(t *testing.T) {
+	cl := startCluster(t, 3, nil)
+	ctx := context.Background()
+	const path = "/inval"
+	for _, c := range cl.clients {
+		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := cl.clients[2].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(path)})
+	if err != nil || !resp.GetExisted() {
+		t.Fatalf("Invalidate = %v, %v; want existed", resp, err)
+	}
+	// The invalidation reaches the other instances through pub/sub; wait
+	// for their L1 to drop it rather than sleeping.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, c := range cl.clients {
+		for {
+			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Meta.GetSource() != coorddv1.Source_SOURCE_L1 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got := cl.up.Count(path); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2 (one before, one after invalidation)", got)
+	}
+}
+
+func TestSingleNodeMode(t *testing.T) {
+	up := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
+	c := in.Dial(t)
+	release := make(chan struct{})
+	up.Set("/a", fakeupstream.Behavior{Block: release})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() { _ = up.WaitCount(ctx, "/a", 1); time.Sleep(100 * time.Millisecond); close(release) }()
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/a"})
+			if err == nil && !bytes.Equal(d.Body, up.Body("/a")) {
+				err = fmt.Errorf("body differs")
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := up.Count("/a"); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
