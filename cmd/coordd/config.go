@@ -29,13 +29,13 @@ type fileConfig struct {
 }
 
 type upstreamConfig struct {
-	Name         string        `yaml:"name"`
-	BaseURL      string        `yaml:"base_url"`
-	TTL          time.Duration `yaml:"ttl"`
-	StaleTTL     time.Duration `yaml:"stale_ttl"`
-	Timeout      time.Duration `yaml:"timeout"`
-	MaxBodyBytes int64         `yaml:"max_body_bytes"`
-	NegativeTTL  time.Duration `yaml:"negative_ttl"`
+	Name             string        `yaml:"name"`
+	BaseURL          string        `yaml:"base_url"`
+	TTL              time.Duration `yaml:"ttl"`
+	StaleTTL         time.Duration `yaml:"stale_ttl"`
+	Timeout          time.Duration `yaml:"timeout"`
+	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
+	NegativeTTL      time.Duration `yaml:"negative_ttl"`
 	protectionConfig `yaml:",inline"`
 }
 
