@@ -65,3 +65,12 @@ build:
 # as its upstream, listening on 127.0.0.1:50051.
 run:
 	$(GO) run ./cmd/coordd $(ARGS)
+
+# bench prints figures (and ratios against a baseline in the same run); it
+# asserts nothing about speed.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./server/ ./coordinator/
+
+# soak repeats the concurrency and fault tests many times under -race.
+soak: deps
+	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|SingleNode' ./server/

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/coordinator"
+)
+
+func TestFramesAreChunkMessages(t *testing.T) {
+	for _, size := range []int{0, 1, 127, 128, ChunkSize - 1, ChunkSize, ChunkSize + 1, 3*ChunkSize + 17} {
+		body := bytes.Repeat([]byte{0xab, 0x01}, size/2+1)[:size]
+		d := &coordinator.Document{Body: body}
+		fs := frames(d)
+		var got []byte
+		for i, f := range fs {
+			var m coorddv1.GetOrFetchResponse
+			if err := proto.Unmarshal(f.bufs.Materialize(), &m); err != nil {
+				t.Fatalf("size %d frame %d: %v", size, i, err)
+			}
+			data := m.GetChunk().GetData()
+			if len(data) == 0 || len(data) > ChunkSize {
+				t.Fatalf("size %d frame %d: chunk of %d bytes", size, i, len(data))
+			}
+			// The frame is exactly what the proto codec would produce.
+			want, _ := proto.Marshal(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: data}}})
+			if !bytes.Equal(f.bufs.Materialize(), want) {
+				t.Fatalf("size %d frame %d: wire form differs from proto.Marshal", size, i)
+			}
+			got = append(got, data...)
+		}
+		if !bytes.Equal(got, body) {
+			t.Fatalf("size %d: reassembled body differs", size)
+		}
+		if again := frames(d); len(fs) > 0 && &again[0] != &fs[0] {
+			t.Fatalf("size %d: frames rebuilt for the same document", size)
+		}
+	}
+}
+
+func TestFramesShareTheBody(t *testing.T) {
+	body := make([]byte, 2*ChunkSize)
+	fs := frames(&coordinator.Document{Body: body})
+	data := fs[1].bufs[1].ReadOnlyData()
+	if &data[0] != &body[ChunkSize] {
+		t.Fatal("frame copies the body; want a slice of it")
+	}
+}
+
+func TestEnumsShareNumbering(t *testing.T) {
+	roles := map[coordinator.Role]coorddv1.Role{
+		coordinator.RoleLeader: coorddv1.Role_ROLE_LEADER, coordinator.RoleFollower: coorddv1.Role_ROLE_FOLLOWER, coordinator.RoleHit: coorddv1.Role_ROLE_HIT,
+	}
+	for r, want := range roles {
+		if got := progressPB(coordinator.Progress{Role: r}).GetRole(); got != want {
+			t.Errorf("role %v → %v; want %v", r, got, want)
+		}
+	}
+	stages := map[coordinator.Stage]coorddv1.Stage{
+		coordinator.StageJoined: coorddv1.Stage_STAGE_JOINED, coordinator.StageFetching: coorddv1.Stage_STAGE_FETCHING,
+		coordinator.StageWaitingLeader: coorddv1.Stage_STAGE_WAITING_LEADER, coordinator.StageRateLimited: coorddv1.Stage_STAGE_RATE_LIMITED,
+		coordinator.StageRetrying: coorddv1.Stage_STAGE_RETRYING, coordinator.StageBreakerOpen: coorddv1.Stage_STAGE_BREAKER_OPEN,
+		coordinator.StageServingStale: coorddv1.Stage_STAGE_SERVING_STALE, coordinator.StageDegraded: coorddv1.Stage_STAGE_DEGRADED,
+	}
+	for s, want := range stages {
+		if got := progressPB(coordinator.Progress{Stage: s}).GetStage(); got != want {
+			t.Errorf("stage %v → %v; want %v", s, got, want)
+		}
+	}
+	if len(stages) != len(coorddv1.Stage_name)-1 {
+		t.Errorf("proto has %d stages; the coordinator maps %d", len(coorddv1.Stage_name)-1, len(stages))
+	}
+}
