@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+func TestReadConfig(t *testing.T) {
+	fc, err := readConfig(strings.NewReader(`
+listen: "127.0.0.1:6000"
+redis: "redis://127.0.0.1:6379/0"
+lock_ttl: 3s
+upstreams:
+  - name: mdn
+    base_url: "https://developer.mozilla.org"
+    ttl: 10m
+    stale_ttl: 24h
+    timeout: 10s
+    max_body_bytes: 10485760
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc.Listen != "127.0.0.1:6000" || fc.LockTTL != 3*time.Second || len(fc.Upstreams) != 1 {
+		t.Fatalf("got %+v", fc)
+	}
+	u := fc.Upstreams[0]
+	if u.TTL != 10*time.Minute || u.StaleTTL != 24*time.Hour || u.Timeout != 10*time.Second || u.MaxBodyBytes != 10<<20 {
+		t.Fatalf("upstream = %+v", u)
+	}
+	if err := fc.addUpstreamFlag("mdn=https://mirror.example"); err != nil || fc.Upstreams[0].BaseURL != "https://mirror.example" {
+		t.Fatalf("override: %v %+v", err, fc.Upstreams)
+	}
+	if err := fc.addUpstreamFlag("local=http://127.0.0.1:9"); err != nil || len(fc.Upstreams) != 2 {
+		t.Fatalf("extend: %v %+v", err, fc.Upstreams)
+	}
+}
+
+func TestBadConfigNamesField(t *testing.T) {
+	tests := []struct {
+		name, yaml, field string
+		args              []string
+	}{
+		{"unknown field", "listne: x\n", "listne", nil},
+		{"bad duration", "lock_ttl: forever\n", "forever", nil},
+		{"bad base url", "upstreams:\n  - name: a\n    base_url: ftp://x\n", "upstreams[0] (a).base_url", nil},
+		{"negative ttl", "upstreams:\n  - name: a\n    base_url: http://x\n    ttl: -1s\n", "upstreams[0] (a).ttl", nil},
+		{"bad redis url", "redis: \"mysql://x\"\n", "redis", nil},
+		{"bad upstream flag", "", "--upstream", []string{"--upstream", "nobase"}},
+		{"bad log level", "log_level: loud\n", "log_level", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := t.TempDir() + "/coordd.yaml"
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"--config", path, "--listen", "127.0.0.1:0"}, tt.args...)
+			err := run(context.Background(), args, os.Stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("run error = %v; want one naming %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestSIGTERMDrains runs coordd as main does and cancels its context, as
+// SIGTERM does: health goes NOT_SERVING, the in-flight stream finishes,
+// and the fill lock is released.
+func TestSIGTERMDrains(t *testing.T) {
+	rs := redistest.Start(t)
+	up := fakeupstream.New(t)
+	release := make(chan struct{})
+	up.Set("/slow", fakeupstream.Behavior{Block: release})
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", addr, "--redis", rs.URL(), "--upstream", "fake=" + up.URL()}, os.Stderr)
+	}()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	for {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := coorddtest.Get(context.Background(), coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/slow"})
+		got <- err
+	}()
+	if err := up.WaitCount(ctx, "/slow", 1); err != nil {
+		t.Fatal(err)
+	}
+	rdb := rs.Client(t)
+	if n, _ := rdb.Exists(ctx, "coordd:lock:"+up.URL()+"/slow").Result(); n != 1 {
+		t.Fatalf("fill lock not held during the fetch")
+	}
+	cancel() // SIGTERM
+	// A new connection sees NOT_SERVING or is refused; an in-flight stream finishes.
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("in-flight stream: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if n, _ := rdb.Exists(context.Background(), "coordd:lock:"+up.URL()+"/slow").Result(); n != 0 {
+		t.Fatalf("fill lock still held after shutdown")
+	}
+}
