@@ -1,0 +1,581 @@
+package coordd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+
+	coordd "github.com/coordd/coordd/clients/go"
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fastReconnect makes the channel retry a failed connection within tens of
+// milliseconds, so that tests do not wait out gRPC's backoff.
+var fastReconnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 50 * time.Millisecond},
+	MinConnectTimeout: time.Second,
+})
+
+// quickRetries retries almost at once.
+func quickRetries(attempts int) coordd.RetryPolicy {
+	return coordd.RetryPolicy{MaxAttempts: attempts, InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}
+}
+
+// dial returns a Client closed when the test ends.
+func dial(t *testing.T, target string, opts ...coordd.Option) *coordd.Client {
+	t.Helper()
+	c, err := coordd.Dial(target, opts...)
+	if err != nil {
+		t.Fatalf("Dial(%q): %v", target, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// upstreamConfig is a coordinator config whose one upstream is u.
+func upstreamConfig(u *fakeupstream.Upstream) coordinator.Config {
+	return coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "docs", BaseURL: u.URL()}}}
+}
+
+// attempts counts the RPC attempts that reach gRPC (the circuit breaker
+// lets them through) and signals the first one that fails.
+type attempts struct {
+	n          atomic.Int64
+	failedOnce sync.Once
+	failed     chan struct{} // closed when an attempt first fails
+}
+
+func newAttempts() *attempts { return &attempts{failed: make(chan struct{})} }
+
+func (a *attempts) count() int64 { return a.n.Load() }
+
+func (a *attempts) fail() { a.failedOnce.Do(func() { close(a.failed) }) }
+
+// option installs the counting interceptors.
+func (a *attempts) option() coordd.Option {
+	return coordd.WithDialOptions(
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			a.n.Add(1)
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil {
+				a.fail()
+				return nil, err
+			}
+			return &watchedStream{ClientStream: s, a: a}, nil
+		}),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			a.n.Add(1)
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err != nil {
+				a.fail()
+			}
+			return err
+		}),
+	)
+}
+
+type watchedStream struct {
+	grpc.ClientStream
+	a *attempts
+}
+
+func (s *watchedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.a.fail()
+	}
+	return err
+}
+
+// fakeCoordd is a scripted CoordinatorService: call n (from 0) of
+// GetOrFetch runs steps[n], or the last step once they run out.
+type fakeCoordd struct {
+	coorddv1.UnimplementedCoordinatorServiceServer
+	addr  string
+	calls atomic.Int64
+
+	mu    sync.Mutex // protects steps
+	steps []step
+}
+
+type step func(grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error
+
+func startFake(t *testing.T, steps ...step) *fakeCoordd {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCoordd{addr: lis.Addr().String(), steps: steps}
+	g := grpc.NewServer()
+	coorddv1.RegisterCoordinatorServiceServer(g, f)
+	hs := health.NewServer() // the Client checks the service's health
+	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return f
+}
+
+func (f *fakeCoordd) script(steps ...step) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.steps = steps
+	f.calls.Store(0)
+}
+
+func (f *fakeCoordd) GetOrFetch(_ *coorddv1.GetOrFetchRequest, st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+	n := int(f.calls.Add(1)) - 1
+	f.mu.Lock()
+	s := f.steps[min(n, len(f.steps)-1)]
+	f.mu.Unlock()
+	return s(st)
+}
+
+// fail answers with code.
+func fail(code codes.Code) step {
+	return func(grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		return status.Error(code, "scripted "+code.String())
+	}
+}
+
+// serve streams a well-formed document: a progress event, the metadata,
+// then body in chunks of 4 bytes.
+func serve(body string) step {
+	return func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		return sendDoc(st, body, len(body))
+	}
+}
+
+// cutAfter streams the progress, the metadata and the first n bytes of
+// body, then fails with UNAVAILABLE, as a connection cut mid-body would.
+func cutAfter(body string, n int) step {
+	return func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		if err := sendDoc(st, body, n); err != nil {
+			return err
+		}
+		return status.Error(codes.Unavailable, "scripted cut")
+	}
+}
+
+func sendDoc(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse], body string, upTo int) error {
+	events := []*coorddv1.GetOrFetchResponse{
+		{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: &coorddv1.Progress{Role: coorddv1.Role_ROLE_LEADER, Stage: coorddv1.Stage_STAGE_FETCHING}}},
+		{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: &coorddv1.Metadata{StatusCode: 200, Size: int64(len(body))}}},
+	}
+	for i := 0; i < upTo; i += 4 {
+		events = append(events, &coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: []byte(body[i:min(i+4, upTo)])}}})
+	}
+	for _, ev := range events {
+		if err := st.Send(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestGetReassemblesStream(t *testing.T) {
+	up := fakeupstream.New(t)
+	const size = 300 << 10 // five 64 KiB chunks
+	up.Set("/big", fakeupstream.Behavior{Size: size})
+	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	c := dial(t, in.Addr)
+
+	var seen []*coorddv1.Progress
+	doc, err := c.Get(context.Background(), up.URL()+"/big", coordd.WithProgress(func(p *coorddv1.Progress) {
+		seen = append(seen, p)
+	}))
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if want := fakeupstream.SizedBody("/big", size); !bytes.Equal(doc.Body, want) {
+		t.Errorf("body: got %d bytes; want the upstream's %d", len(doc.Body), len(want))
+	}
+	md := doc.Metadata
+	if md.GetStatusCode() != 200 || md.GetSize() != size || md.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
+		t.Errorf("metadata = %v; want status 200, size %d, source upstream", md, size)
+	}
+	if len(doc.Progress) == 0 || doc.Progress[0].GetRole() != coorddv1.Role_ROLE_LEADER {
+		t.Errorf("progress = %v; want a leader event first", doc.Progress)
+	}
+	if len(seen) != len(doc.Progress) {
+		t.Errorf("WithProgress saw %d events; Document holds %d", len(seen), len(doc.Progress))
+	}
+
+	// A 404 is a document, and the key can be the caller's.
+	up.Set("/nope", fakeupstream.Status(404))
+	doc, err = c.Get(context.Background(), up.URL()+"/nope", coordd.WithKey("custom-key"))
+	if err != nil {
+		t.Fatalf("Get missing: %v", err)
+	}
+	if doc.Metadata.GetStatusCode() != 404 || doc.Metadata.GetKey() != "custom-key" {
+		t.Errorf("status %d, key %q; want 404, custom-key", doc.Metadata.GetStatusCode(), doc.Metadata.GetKey())
+	}
+	res, err := c.Invalidate(context.Background(), "", coordd.WithKey("custom-key"))
+	if err != nil || res.GetKey() != "custom-key" {
+		t.Errorf("Invalidate = %v, %v; want key custom-key", res, err)
+	}
+}
+
+func TestRetries(t *testing.T) {
+	const body = "0123456789abcdef"
+	tests := []struct {
+		name     string
+		steps    []step
+		attempts int64
+		code     codes.Code // of the error; OK: Get succeeds
+		badShape bool
+	}{
+		{"unavailable twice then ok", []step{fail(codes.Unavailable), fail(codes.Unavailable), serve(body)}, 3, codes.OK, false},
+		{"resource exhausted then ok", []step{fail(codes.ResourceExhausted), serve(body)}, 2, codes.OK, false},
+		{"unavailable past max attempts", []step{fail(codes.Unavailable)}, 4, codes.Unavailable, false},
+		{"invalid argument not retried", []step{fail(codes.InvalidArgument), serve(body)}, 1, codes.InvalidArgument, false},
+		{"permission denied not retried", []step{fail(codes.PermissionDenied), serve(body)}, 1, codes.PermissionDenied, false},
+		{"failed precondition not retried", []step{fail(codes.FailedPrecondition), serve(body)}, 1, codes.FailedPrecondition, false},
+		{"internal not retried", []step{fail(codes.Internal), serve(body)}, 1, codes.Internal, false},
+		{"cut after metadata restarts cleanly", []step{cutAfter(body, 0), serve(body)}, 2, codes.OK, false},
+		{"cut mid-body restarts cleanly", []step{cutAfter(body, 8), serve(body)}, 2, codes.OK, false},
+		{"malformed stream not retried", []step{func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+			return st.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: []byte("x")}}})
+		}, serve(body)}, 1, codes.Unknown, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := startFake(t, tt.steps...)
+			c := dial(t, f.addr, coordd.WithRetryPolicy(quickRetries(4)))
+			doc, err := c.Get(context.Background(), "https://docs.example/x")
+			if got := f.calls.Load(); got != tt.attempts {
+				t.Errorf("attempts = %d; want %d", got, tt.attempts)
+			}
+			if tt.badShape {
+				if !errors.Is(err, coordd.ErrBadStream) {
+					t.Errorf("err = %v; want ErrBadStream", err)
+				}
+				return
+			}
+			if got := status.Code(err); got != tt.code {
+				t.Fatalf("code = %v (err %v); want %v", got, err, tt.code)
+			}
+			if err == nil && string(doc.Body) != body {
+				t.Errorf("body = %q; want %q (partial attempts discarded)", doc.Body, body)
+			}
+		})
+	}
+}
+
+func TestNoRetryOfCoorddRejections(t *testing.T) {
+	up := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	tests := []struct {
+		name string
+		url  string
+		code codes.Code
+	}{
+		{"invalid argument", "ftp://docs.example/x", codes.InvalidArgument},
+		{"permission denied", "https://elsewhere.example/x", codes.PermissionDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newAttempts()
+			c := dial(t, in.Addr, a.option())
+			_, err := c.Get(context.Background(), tt.url)
+			if got := status.Code(err); got != tt.code {
+				t.Fatalf("code = %v (err %v); want %v", got, err, tt.code)
+			}
+			if got := a.count(); got != 1 {
+				t.Errorf("attempts = %d; want 1", got)
+			}
+		})
+	}
+	if up.Total() != 0 {
+		t.Errorf("upstream requests = %d; want 0", up.Total())
+	}
+}
+
+func TestRetryAcrossRestart(t *testing.T) {
+	up := fakeupstream.New(t)
+	cfg := coorddtest.Options{Config: upstreamConfig(up)}
+	in := coorddtest.Start(t, cfg)
+	a := newAttempts()
+	c := dial(t, in.Addr, a.option(),
+		coordd.WithRetryPolicy(coordd.RetryPolicy{MaxAttempts: 20, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxTokens: -1}),
+		coordd.WithBreakerPolicy(coordd.BreakerPolicy{Failures: 1000}),
+		coordd.WithDialOptions(fastReconnect))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, up.URL()+"/a"); err != nil {
+		t.Fatalf("Get before stop: %v", err)
+	}
+
+	in.Stop()
+	before := a.count()
+	type result struct {
+		doc *coordd.Document
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		doc, err := c.Get(ctx, up.URL()+"/b")
+		done <- result{doc, err}
+	}()
+	select {
+	case <-a.failed: // the first attempt found coordd gone
+	case <-ctx.Done():
+		t.Fatal("no attempt failed while coordd was down")
+	}
+	cfg.Addr = in.Addr
+	coorddtest.Start(t, cfg) // the same address, as a restarted process
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Get across the restart: %v", r.err)
+	}
+	if string(r.doc.Body) != string(up.Body("/b")) {
+		t.Errorf("body = %q; want the upstream's", r.doc.Body)
+	}
+	if n := a.count() - before; n < 2 {
+		t.Errorf("attempts = %d; want at least 2", n)
+	}
+	t.Logf("the call made %d attempts across the restart", a.count()-before)
+}
+
+func TestRetryThrottling(t *testing.T) {
+	f := startFake(t, fail(codes.Unavailable))
+	c := dial(t, f.addr, coordd.WithRetryPolicy(coordd.RetryPolicy{
+		MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		MaxTokens: 10, TokenRatio: 0.1,
+	}))
+	// Tokens 10 → 7 (3 attempts), → 5 (2), then one attempt per call.
+	want := []int64{3, 2, 1, 1, 1, 1, 1, 1}
+	var got []int64
+	for range want {
+		before := f.calls.Load()
+		_, err := c.Get(context.Background(), "https://docs.example/x")
+		if errors.Is(err, coordd.ErrUnreachable) {
+			t.Fatalf("err = %v; errors coordd sent must not count as unreachable, nor open the breaker", err)
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("err = %v; want UNAVAILABLE", err)
+		}
+		got = append(got, f.calls.Load()-before)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("attempts per call = %v; want %v", got, want)
+	}
+
+	// Once coordd answers again, calls succeed at the first attempt.
+	f.script(serve("ok"))
+	if _, err := c.Get(context.Background(), "https://docs.example/x"); err != nil {
+		t.Fatalf("Get after recovery: %v", err)
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	up := fakeupstream.New(t)
+	cfg := coorddtest.Options{Config: upstreamConfig(up)}
+	in := coorddtest.Start(t, cfg)
+	a := newAttempts()
+	const openFor = 300 * time.Millisecond
+	c := dial(t, in.Addr, a.option(),
+		coordd.WithRetryPolicy(coordd.RetryPolicy{MaxAttempts: 1}),
+		coordd.WithBreakerPolicy(coordd.BreakerPolicy{Failures: 3, OpenFor: openFor}),
+		coordd.WithDialOptions(fastReconnect))
+	ctx := context.Background()
+	url := up.URL() + "/page"
+	if _, err := c.Get(ctx, url); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+
+	in.Stop()
+	for i := range 3 {
+		_, err := c.Get(ctx, url)
+		if status.Code(err) != codes.Unavailable || !errors.Is(err, coordd.ErrUnreachable) || errors.Is(err, coordd.ErrCircuitOpen) {
+			t.Fatalf("call %d with coordd down: %v; want ErrUnreachable with code UNAVAILABLE", i+1, err)
+		}
+	}
+
+	// Open: calls fail fast, and none reaches gRPC.
+	before := a.count()
+	start := time.Now()
+	const fastCalls = 100
+	for range fastCalls {
+		_, err := c.Get(ctx, url)
+		if !errors.Is(err, coordd.ErrCircuitOpen) || status.Code(err) != codes.Unavailable {
+			t.Fatalf("err = %v; want ErrCircuitOpen with code UNAVAILABLE", err)
+		}
+	}
+	t.Logf("open breaker: %d calls in %v", fastCalls, time.Since(start))
+	if n := a.count() - before; n != 0 {
+		t.Errorf("%d attempts reached gRPC while the breaker was open; want 0", n)
+	}
+
+	// Half-open: of many concurrent calls, one probes; it fails, and the
+	// breaker opens again.
+	time.Sleep(openFor + 20*time.Millisecond) // wait out gobreaker's timer; it has no clock to inject
+	before = a.count()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range 10 {
+		wg.Go(func() {
+			if _, err := c.Get(ctx, url); errors.Is(err, coordd.ErrCircuitOpen) {
+				refused.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := a.count() - before; n != 1 || refused.Load() != 9 {
+		t.Errorf("half-open: %d probe attempts, %d refused; want 1 and 9", n, refused.Load())
+	}
+
+	// coordd comes back: a probe succeeds and the breaker closes.
+	cfg.Addr = in.Addr
+	coorddtest.Start(t, cfg)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := c.Get(ctx, url)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker did not close after coordd came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 10 {
+		if _, err := c.Get(ctx, url); err != nil {
+			t.Fatalf("call %d after the breaker closed: %v", i+1, err)
+		}
+	}
+}
+
+func TestRoundRobin(t *testing.T) {
+	up := fakeupstream.New(t)
+	var ins []*coorddtest.Instance
+	var addrs []resolver.Address
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+		ins = append(ins, in)
+		addrs = append(addrs, resolver.Address{Addr: in.Addr})
+	}
+	r := manual.NewBuilderWithScheme("coordd-test")
+	r.InitialState(resolver.State{Addresses: addrs})
+	c := dial(t, "coordd-test:///coordd", coordd.WithDialOptions(grpc.WithResolvers(r)))
+	ctx := context.Background()
+	counts := func() []int64 {
+		var n []int64
+		for _, in := range ins {
+			n = append(n, in.Coordinator.UpstreamRequests())
+		}
+		return n
+	}
+
+	// Every call is for a new page, so the instance it lands on fetches it.
+	page := 0
+	get := func() {
+		page++
+		if _, err := c.Get(ctx, fmt.Sprintf("%s/page/%d", up.URL(), page)); err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+	}
+	// Until all three connections are ready, calls go to those that are.
+	for n := counts(); n[0] == 0 || n[1] == 0 || n[2] == 0; n = counts() {
+		if page == 100 {
+			t.Fatalf("after 100 calls, upstream requests per instance = %v; want every instance used", n)
+		}
+		get()
+	}
+	before := counts()
+	for range 30 {
+		get()
+	}
+	after := counts()
+	for i := range ins {
+		if d := after[i] - before[i]; d != 10 {
+			t.Errorf("instance %d served %d of 30 calls; want 10 (all: before %v, after %v)", i, d, before, after)
+		}
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	var seen atomic.Value // time.Duration left on the call's deadline, or -1 for none
+	f := startFake(t, func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		left := time.Duration(-1)
+		if dl, ok := st.Context().Deadline(); ok {
+			left = time.Until(dl)
+		}
+		seen.Store(left)
+		return sendDoc(st, "ok", 2)
+	})
+	tests := []struct {
+		name    string
+		opt     coordd.Option
+		ctx     time.Duration // the caller's own deadline; 0: none
+		atMost  time.Duration
+		atLeast time.Duration
+	}{
+		{"default applied", coordd.WithTimeout(time.Second), 0, time.Second, 0},
+		{"default is 30s", nil, 0, coordd.DefaultTimeout, coordd.DefaultTimeout - 10*time.Second},
+		{"caller's deadline kept", coordd.WithTimeout(time.Second), time.Hour, time.Hour, 50 * time.Minute},
+		{"no default", coordd.WithTimeout(0), 0, -1, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []coordd.Option
+			if tt.opt != nil {
+				opts = append(opts, tt.opt)
+			}
+			c := dial(t, f.addr, opts...)
+			ctx := context.Background()
+			if tt.ctx > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.ctx)
+				defer cancel()
+			}
+			if _, err := c.Get(ctx, "https://docs.example/x"); err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			left := seen.Load().(time.Duration)
+			if left > tt.atMost || left < tt.atLeast {
+				t.Errorf("deadline seen by the server: %v left; want between %v and %v", left, tt.atLeast, tt.atMost)
+			}
+		})
+	}
+
+	t.Run("expires", func(t *testing.T) {
+		hang := startFake(t, func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+			<-st.Context().Done()
+			return st.Context().Err()
+		})
+		c := dial(t, hang.addr, coordd.WithTimeout(50*time.Millisecond))
+		_, err := c.Get(context.Background(), "https://docs.example/x")
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("err = %v; want DEADLINE_EXCEEDED", err)
+		}
+		if n := hang.calls.Load(); n != 1 {
+			t.Errorf("attempts = %d; want 1", n)
+		}
+	})
+}

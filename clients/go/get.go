@@ -1,0 +1,138 @@
+package coordd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+)
+
+// maxPrealloc bounds the body buffer allocated up front from the size the
+// metadata announces; a larger body grows as chunks arrive.
+const maxPrealloc = 16 << 20
+
+// Document is a document reassembled from a GetOrFetch stream.
+type Document struct {
+	// Body is the document's body: every chunk, concatenated.
+	Body []byte
+	// Metadata describes the document: the upstream's status code (a 404
+	// is a document too), content type, ETag, the tier it came from, its
+	// age and whether it is stale.
+	Metadata *coorddv1.Metadata
+	// Progress holds the progress events of the attempt that produced the
+	// document, in the order they arrived.
+	Progress []*coorddv1.Progress
+}
+
+// Get returns the document at url, an absolute http(s) URL inside one of
+// coordd's configured upstreams. An upstream answer that is not 2xx, such
+// as a 404, is a Document with that status code, not an error.
+//
+// Errors are gRPC status errors (INVALID_ARGUMENT for a malformed url,
+// PERMISSION_DENIED for one outside every upstream, UNAVAILABLE when the
+// upstream fails and no stale copy exists, DEADLINE_EXCEEDED), possibly
+// wrapped in ErrUnreachable or ErrCircuitOpen; or they wrap ErrBadStream.
+// Get retries per the Client's
+// RetryPolicy; an attempt that fails after part of the document arrived is
+// discarded whole and the next attempt starts over.
+func (c *Client) Get(ctx context.Context, url string, opts ...CallOption) (*Document, error) {
+	co := newCallOptions(opts)
+	ctx, cancel := c.withDeadline(ctx)
+	defer cancel()
+	req := &coorddv1.GetOrFetchRequest{Url: url, Key: co.key, NoStale: co.noStale}
+	var doc *Document
+	err := c.do(ctx, func(ctx context.Context) error {
+		d, err := c.getOnce(ctx, req, co.progress)
+		doc = d
+		return err
+	})
+	if err != nil {
+		return nil, wrapCall("GetOrFetch", url, err)
+	}
+	return doc, nil
+}
+
+// getOnce makes one GetOrFetch attempt and reassembles its stream. The
+// stream is cancelled on return, so an early return leaks nothing.
+func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, progress func(*coorddv1.Progress)) (*Document, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.api.GetOrFetch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	d := &Document{}
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch ev := m.GetEvent().(type) {
+		case *coorddv1.GetOrFetchResponse_Progress:
+			if d.Metadata != nil {
+				return nil, badStream("progress after metadata")
+			}
+			d.Progress = append(d.Progress, ev.Progress)
+			if progress != nil {
+				progress(ev.Progress)
+			}
+		case *coorddv1.GetOrFetchResponse_Metadata:
+			if d.Metadata != nil {
+				return nil, badStream("second metadata")
+			}
+			d.Metadata = ev.Metadata
+			d.Body = make([]byte, 0, min(max(ev.Metadata.GetSize(), 0), maxPrealloc))
+		case *coorddv1.GetOrFetchResponse_Chunk:
+			if d.Metadata == nil {
+				return nil, badStream("chunk before metadata")
+			}
+			d.Body = append(d.Body, ev.Chunk.GetData()...)
+		}
+	}
+	switch {
+	case d.Metadata == nil:
+		return nil, badStream("stream ended without metadata")
+	case int64(len(d.Body)) != d.Metadata.GetSize():
+		return nil, badStream(fmt.Sprintf("body is %d bytes; metadata says %d", len(d.Body), d.Metadata.GetSize()))
+	}
+	return d, nil
+}
+
+func badStream(detail string) error {
+	return fmt.Errorf("%w: %s", ErrBadStream, detail)
+}
+
+// Invalidate removes the document at url from coordd's shared cache and
+// from the in-memory cache of every instance. WithKey names the document
+// by its cache key instead; the other CallOptions do not apply. The
+// response tells the key removed and whether the shared cache held it.
+func (c *Client) Invalidate(ctx context.Context, url string, opts ...CallOption) (*coorddv1.InvalidateResponse, error) {
+	co := newCallOptions(opts)
+	ctx, cancel := c.withDeadline(ctx)
+	defer cancel()
+	req := &coorddv1.InvalidateRequest{Url: url, Key: co.key}
+	var resp *coorddv1.InvalidateResponse
+	err := c.do(ctx, func(ctx context.Context) error {
+		r, err := c.api.Invalidate(ctx, req)
+		resp = r
+		return err
+	})
+	if err != nil {
+		return nil, wrapCall("Invalidate", url, err)
+	}
+	return resp, nil
+}
+
+// wrapCall adds the method and url to err, except to ErrUnreachable,
+// which is about coordd rather than the url.
+func wrapCall(method, url string, err error) error {
+	if errors.Is(err, ErrUnreachable) {
+		return err
+	}
+	return fmt.Errorf("coordd: %s %q: %w", method, url, err)
+}

@@ -1,0 +1,77 @@
+// Command mdn-mcp is a stdio MCP server that lets an assistant read MDN Web
+// Docs. Its tools are mdn_doc (a page as markdown) and mdn_search (MDN's
+// search). Every request to MDN goes through coordd, so that many
+// assistants asking for the same page cost MDN one request.
+//
+//	mdn-mcp [--coordd ADDR] [--mdn-base URL] [--timeout DURATION]
+//
+// coordd must list the --mdn-base URL among its upstreams (MDN is its
+// default). The server speaks MCP on stdin and stdout and logs to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	coordd "github.com/coordd/coordd/clients/go"
+)
+
+// version is reported to MCP clients.
+const version = "v0.1.0"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "mdn-mcp:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args and serves MCP on stdin and stdout until the client
+// hangs up or ctx ends.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mdn-mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("coordd", "127.0.0.1:50051", "coordd's gRPC `address`: host:port (resolved through DNS, every address used) or a gRPC target such as dns:///coordd:50051")
+	baseFlag := fs.String("mdn-base", "https://developer.mozilla.org", "MDN's base `URL`; coordd must have it as an upstream")
+	timeout := fs.Duration("timeout", 30*time.Second, "deadline of one tool call's fetch through coordd, retries included")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	base, err := url.Parse(*baseFlag)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" || base.Fragment != "" {
+		return fmt.Errorf("--mdn-base %q: want an absolute http(s) URL without query or fragment", *baseFlag)
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout %v: must be positive", *timeout)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "mdn-mcp")
+
+	client, err := coordd.Dial(*addr, coordd.WithTimeout(*timeout))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, version)
+	err = s.Run(ctx, &mcp.StdioTransport{})
+	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}

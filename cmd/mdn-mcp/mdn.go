@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coordd "github.com/coordd/coordd/clients/go"
+)
+
+// Limits on tool input, checked before any request.
+const (
+	maxPathBytes  = 512
+	maxQueryBytes = 200
+	searchResults = 10 // results listed by mdn_search
+)
+
+// getter fetches a document through coordd; *coordd.Client is one.
+type getter interface {
+	Get(ctx context.Context, url string, opts ...coordd.CallOption) (*coordd.Document, error)
+}
+
+// mdn serves the MDN tools. Every request to MDN goes through coordd.
+type mdn struct {
+	docs   getter
+	base   *url.URL // MDN's base URL: scheme, host, optional path prefix
+	coordd string   // coordd's address, for error messages
+	log    *slog.Logger
+}
+
+// docInput is the input of mdn_doc.
+type docInput struct {
+	Path string `json:"path" jsonschema:"the page's path on MDN, e.g. /en-US/docs/Web/JavaScript/Reference/Global_Objects/Array/map"`
+}
+
+// searchInput is the input of mdn_search.
+type searchInput struct {
+	Query string `json:"query" jsonschema:"what to search for, e.g. array map"`
+}
+
+// newServer returns the MCP server with the mdn_doc and mdn_search tools.
+func newServer(m *mdn, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mdn-mcp", Title: "MDN Web Docs", Version: version}, &mcp.ServerOptions{
+		Instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it.",
+		Logger:       m.log,
+	})
+	openWorld := true
+	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &openWorld}
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "mdn_doc",
+		Title:       "Read an MDN page",
+		Description: "Returns an MDN Web Docs page as markdown: title, summary, and every section (syntax, parameters, examples, specifications). Takes the page's path, e.g. /en-US/docs/Web/API/Fetch_API.",
+		Annotations: ro,
+	}, m.doc)
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "mdn_search",
+		Title:       "Search MDN",
+		Description: fmt.Sprintf("Searches MDN Web Docs and returns the top %d pages with their paths (for mdn_doc) and summaries.", searchResults),
+		Annotations: ro,
+	}, m.search)
+	return s
+}
+
+// doc is the mdn_doc tool. Its errors become tool errors (IsError).
+func (m *mdn) doc(ctx context.Context, _ *mcp.CallToolRequest, in docInput) (*mcp.CallToolResult, any, error) {
+	u, err := docURL(m.base, in.Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	var page mdnPage
+	if err := m.fetchJSON(ctx, u, "page "+in.Path, &page); err != nil {
+		return nil, nil, err
+	}
+	if page.Doc.Title == "" {
+		return nil, nil, fmt.Errorf("unexpected answer from MDN for page %s: no doc.title in its index.json", in.Path)
+	}
+	return text(page.markdown(m.base)), nil, nil
+}
+
+// search is the mdn_search tool.
+func (m *mdn) search(ctx context.Context, _ *mcp.CallToolRequest, in searchInput) (*mcp.CallToolResult, any, error) {
+	q := collapse(in.Query)
+	switch {
+	case q == "":
+		return nil, nil, errors.New("query is empty")
+	case len(q) > maxQueryBytes:
+		return nil, nil, fmt.Errorf("query is %d bytes; the limit is %d", len(q), maxQueryBytes)
+	case hasControl(q):
+		return nil, nil, errors.New("query contains control characters")
+	}
+	u := *m.base
+	u.Path, u.RawPath = strings.TrimSuffix(m.base.Path, "/")+"/api/v1/search", ""
+	u.RawQuery = url.Values{"q": {q}}.Encode()
+	var res searchResponse
+	if err := m.fetchJSON(ctx, &u, fmt.Sprintf("search %q", q), &res); err != nil {
+		return nil, nil, err
+	}
+	return text(res.markdown(q, m.base)), nil, nil
+}
+
+// fetchJSON gets u through coordd and decodes its JSON body into v. what
+// names the document in error messages.
+func (m *mdn) fetchJSON(ctx context.Context, u *url.URL, what string, v any) error {
+	doc, err := m.docs.Get(ctx, u.String())
+	if err != nil {
+		m.log.Warn("fetch through coordd failed", "url", u.String(), "err", err)
+		return m.explain(what, err)
+	}
+	switch code := int(doc.Metadata.GetStatusCode()); {
+	case code == http.StatusNotFound || code == http.StatusGone:
+		return fmt.Errorf("%s not found on MDN (HTTP %d); use mdn_search to find the right path", what, code)
+	case code < 200 || code > 299:
+		return fmt.Errorf("MDN answered HTTP %d for %s", code, what)
+	}
+	if err := json.Unmarshal(doc.Body, v); err != nil {
+		return fmt.Errorf("unexpected answer from MDN for %s: %v", what, err)
+	}
+	return nil
+}
+
+// explain turns a coordd client error into a message for the assistant.
+func (m *mdn) explain(what string, err error) error {
+	switch {
+	case errors.Is(err, coordd.ErrCircuitOpen):
+		return fmt.Errorf("cannot get %s: coordd at %s is unreachable and calls fail fast until it is back; try again in a few seconds (%v)", what, m.coordd, err)
+	case errors.Is(err, coordd.ErrUnreachable):
+		return fmt.Errorf("cannot get %s: coordd at %s is unreachable (%v)", what, m.coordd, err)
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted:
+		return fmt.Errorf("cannot get %s: MDN is unavailable and coordd has no copy (%v)", what, err)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("cannot get %s: timed out (%v)", what, err)
+	case codes.PermissionDenied:
+		return fmt.Errorf("cannot get %s: coordd at %s is not configured with %s as an upstream (%v)", what, m.coordd, m.base, err)
+	}
+	return fmt.Errorf("cannot get %s through coordd: %v", what, err)
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// docURL checks that p is a page path on MDN and returns the URL of the
+// page's index.json under base. A trailing "/" or "/index.json" is
+// accepted.
+func docURL(base *url.URL, p string) (*url.URL, error) {
+	p = strings.TrimSpace(p)
+	switch {
+	case p == "":
+		return nil, errors.New("path is empty; give a page path such as /en-US/docs/Web/HTTP")
+	case len(p) > maxPathBytes:
+		return nil, fmt.Errorf("path is %d bytes; the limit is %d", len(p), maxPathBytes)
+	case strings.Contains(p, "://") || strings.HasPrefix(p, "//"):
+		return nil, fmt.Errorf("path %q is a URL; give only its path, such as /en-US/docs/Web/HTTP", p)
+	case !strings.HasPrefix(p, "/"):
+		return nil, fmt.Errorf("path %q must start with /, as in /en-US/docs/Web/HTTP", p)
+	case strings.ContainsAny(p, "?#\\") || hasControl(p):
+		return nil, fmt.Errorf("path %q must not contain ?, #, \\ or control characters", p)
+	}
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return nil, fmt.Errorf("path %q is not a valid path: %v", p, err)
+	}
+	if strings.ContainsAny(dec, "?#\\") || hasControl(dec) || strings.HasPrefix(dec, "//") {
+		return nil, fmt.Errorf("path %q must not contain ?, #, \\ or control characters, even escaped", p)
+	}
+	dec = strings.TrimSuffix(strings.TrimSuffix(dec, "/"), "/index.json")
+	for _, seg := range strings.Split(dec, "/") {
+		if seg == ".." || seg == "." {
+			return nil, fmt.Errorf("path %q must not contain . or .. segments", p)
+		}
+	}
+	if dec == "" {
+		return nil, fmt.Errorf("path %q names no page", p)
+	}
+	u := *base
+	u.Path = strings.TrimSuffix(base.Path, "/") + dec + "/index.json"
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return &u, nil
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+// mdnPage is the part of a page's index.json that mdn_doc renders.
+type mdnPage struct {
+	Doc struct {
+		Title   string    `json:"title"`
+		Summary string    `json:"summary"`
+		MDNURL  string    `json:"mdn_url"`
+		Body    []section `json:"body"`
+	} `json:"doc"`
+}
+
+// section is one entry of doc.body: prose (HTML), browser_compatibility,
+// specifications, and others rendered like prose if they have content.
+type section struct {
+	Type  string `json:"type"`
+	Value struct {
+		ID             string `json:"id"`
+		Title          string `json:"title"`
+		IsH3           bool   `json:"isH3"`
+		Content        string `json:"content"`
+		Query          string `json:"query"`
+		Specifications []struct {
+			URL   string `json:"bcdSpecificationURL"`
+			Title string `json:"title"`
+		} `json:"specifications"`
+	} `json:"value"`
+}
+
+// markdown renders the page: title, summary, source URL, then sections.
+func (p *mdnPage) markdown(base *url.URL) string {
+	d := p.Doc
+	r := renderer{base: base}
+	page := r.link(d.MDNURL)
+	blocks := []string{"# " + collapse(d.Title)}
+	if s := collapse(d.Summary); s != "" && !p.introSays(s) {
+		blocks = append(blocks, s)
+	}
+	if page != "" {
+		blocks = append(blocks, "Source: "+page)
+	}
+	for _, s := range p.Doc.Body {
+		v := s.Value
+		if t := collapse(v.Title); t != "" {
+			level := "## "
+			if v.IsH3 {
+				level = "### "
+			}
+			blocks = append(blocks, level+t)
+		}
+		switch s.Type {
+		case "browser_compatibility":
+			line := "See the compatibility table on MDN"
+			if page != "" {
+				line += ": " + page + "#" + v.ID
+			}
+			if v.Query != "" {
+				line += " (browser-compat-data: `" + v.Query + "`)"
+			}
+			blocks = append(blocks, line)
+		case "specifications":
+			var specs []string
+			for _, sp := range v.Specifications {
+				if u := r.link(sp.URL); u != "" {
+					specs = append(specs, fmt.Sprintf("- [%s](%s)", collapse(sp.Title), u))
+				}
+			}
+			if len(specs) == 0 {
+				specs = []string{"No specification listed."}
+			}
+			blocks = append(blocks, strings.Join(specs, "\n"))
+		default:
+			if md := htmlToMarkdown(v.Content, base); md != "" {
+				blocks = append(blocks, md)
+			}
+		}
+	}
+	return strings.Join(blocks, "\n\n") + "\n"
+}
+
+// introSays reports whether the page's untitled opening section starts
+// with summary, as it usually does: MDN derives the summary from it.
+func (p *mdnPage) introSays(summary string) bool {
+	if len(p.Doc.Body) == 0 {
+		return false
+	}
+	s := p.Doc.Body[0]
+	return s.Type == "prose" && s.Value.Title == "" && strings.HasPrefix(htmlText(s.Value.Content), summary)
+}
+
+// searchResponse is the part of MDN's search API answer mdn_search uses.
+type searchResponse struct {
+	Documents []struct {
+		MDNURL  string `json:"mdn_url"`
+		Title   string `json:"title"`
+		Summary string `json:"summary"`
+	} `json:"documents"`
+	Metadata struct {
+		Total struct {
+			Value int `json:"value"`
+		} `json:"total"`
+	} `json:"metadata"`
+}
+
+// markdown lists the top results with their paths.
+func (s *searchResponse) markdown(q string, base *url.URL) string {
+	docs := s.Documents
+	if len(docs) == 0 {
+		return fmt.Sprintf("No MDN pages found for %q.\n", q)
+	}
+	docs = docs[:min(len(docs), searchResults)]
+	total := max(s.Metadata.Total.Value, len(s.Documents))
+	var b strings.Builder
+	fmt.Fprintf(&b, "Top %d of %d MDN results for %q; read one with mdn_doc and its path.\n", len(docs), total, q)
+	for i, d := range docs {
+		fmt.Fprintf(&b, "\n%d. %s\n   path: %s\n", i+1, collapse(d.Title), pagePath(d.MDNURL, base))
+		if sum := collapse(d.Summary); sum != "" {
+			fmt.Fprintf(&b, "   %s\n", sum)
+		}
+	}
+	return b.String()
+}
+
+// pagePath returns the path of an mdn_url, which MDN gives as a path but
+// might give as an absolute URL.
+func pagePath(mdnURL string, base *url.URL) string {
+	u, err := url.Parse(mdnURL)
+	if err != nil || u.Path == "" {
+		return mdnURL
+	}
+	return strings.TrimPrefix(u.Path, strings.TrimSuffix(base.Path, "/"))
+}

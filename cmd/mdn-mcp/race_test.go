@@ -1,0 +1,6 @@
+//go:build race
+
+package main
+
+// raceEnabled tells TestMain to build mdn-mcp with -race too.
+const raceEnabled = true
