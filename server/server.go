@@ -76,9 +76,11 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle: 5 * time.Minute,  // close idle client connections
-			Time:              30 * time.Second, // ping a quiet client after this
-			Timeout:           10 * time.Second, // and drop it if no ack by then
+			MaxConnectionIdle:     5 * time.Minute,  // close idle client connections
+			MaxConnectionAge:      5 * time.Minute,  // make clients re-resolve, so new instances get traffic
+			MaxConnectionAgeGrace: 1 * time.Minute,  // let in-flight streams finish first
+			Time:                  30 * time.Second, // ping a quiet client after this
+			Timeout:               10 * time.Second, // and drop it if no ack by then
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second, // clients may ping this often
