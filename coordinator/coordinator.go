@@ -37,7 +37,8 @@ type Coordinator struct {
 	wg     sync.WaitGroup // flights and background goroutines
 	closed atomic.Bool
 
-	upstreamRequests atomic.Int64 // fetches this instance started, for tests and logs
+	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
+	ownTransport     *http.Transport // the transport New made, closed by Close
 }
 
 // Options are the optional dependencies of New.
@@ -86,6 +87,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64
 		tr = t
+		c.ownTransport = t
 	}
 	if opt.Redis != nil {
 		c.startRedis(opt.Redis, opt.OnRedisHealth)
@@ -137,6 +139,9 @@ func (c *Coordinator) Close() error {
 	if c.rl != nil {
 		c.rl.wg.Wait()
 	}
+	if c.ownTransport != nil {
+		c.ownTransport.CloseIdleConnections()
+	}
 	return c.l1.Close()
 }
 
@@ -178,12 +183,12 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 		}
 		seed = d
 		if !opt.NoStale {
-			c.join(t, seed) // revalidate in the background
+			c.join(context.Background(), t, seed) // revalidate in the background
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return &Result{Doc: d, Source: SourceL1, Stale: true}, nil
 		}
 	}
-	f, created := c.join(t, seed)
+	f, created := c.join(ctx, t, seed)
 	if !created {
 		report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 	}
@@ -216,14 +221,17 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 	}
 }
 
-// join returns t's flight, starting one if none runs.
-func (c *Coordinator) join(t Target, seed *Document) (f *flight, created bool) {
+// join returns t's flight, starting one if none runs. ctx is the joining
+// caller's, whose deadline bounds the flight's rate-limit waits.
+func (c *Coordinator) join(ctx context.Context, t Target, seed *Document) (f *flight, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f = c.flights[t.Key]; f != nil {
+		f.deadlines.add(ctx)
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.deadlines.add(ctx)
 	c.flights[t.Key] = f
 	c.wg.Add(1)
 	go c.run(f)
@@ -339,6 +347,11 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 			}
 			return &Result{Doc: d, Source: SourceL2}, nil, false
 		case evFail:
+			if ev.Kind == "rate_limited" {
+				// The leader's callers could not wait for a rate-limit
+				// slot; this flight's callers may: queue for one ourselves.
+				return nil, nil, true
+			}
 			return stale, errorFromKind(ev.Kind, ev.Msg), false
 		default: // release, reset, inval
 			return nil, nil, true
@@ -370,7 +383,8 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
-	resp, err := c.fetchers[up.Name].Fetch(c.ctx, fr, func(p Progress) {
+	ctx := withCallerDeadlines(c.ctx, &f.deadlines)
+	resp, err := c.fetchers[up.Name].Fetch(ctx, fr, func(p Progress) {
 		p.Role = RoleLeader
 		f.report(p)
 	})
@@ -402,12 +416,12 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	case code == http.StatusNotModified && stale != nil:
 		// Revalidated: the stale body is fresh again, without a transfer.
 		old := stale.Doc
-		ttl := up.TTL
+		fresh, staleUntil, store := up.lifetime(resp.Header, now)
 		return &Document{
 			Key: t.Key, URL: t.URL, Upstream: up.Name, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
-			FetchedAt: now, FreshUntil: now.Add(ttl), StaleUntil: now.Add(ttl + up.StaleTTL), Body: old.Body,
-		}, true, nil
+			FetchedAt: now, FreshUntil: fresh, StaleUntil: staleUntil, Body: old.Body,
+		}, store, nil
 	case code >= 500 || code == http.StatusTooManyRequests:
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
 	}
@@ -418,8 +432,9 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	}
 	switch {
 	case code/100 == 2:
-		d.FreshUntil, d.StaleUntil = now.Add(up.TTL), now.Add(up.TTL+up.StaleTTL)
-		return d, true, nil
+		var store bool
+		d.FreshUntil, d.StaleUntil, store = up.lifetime(resp.Header, now)
+		return d, store, nil
 	case code == http.StatusNotFound || code == http.StatusGone:
 		d.FreshUntil, d.StaleUntil = now.Add(up.NegativeTTL), now.Add(up.NegativeTTL)
 		return d, true, nil

@@ -9,6 +9,8 @@ import "sync"
 type flight struct {
 	t    Target
 	seed *Document // usable stale copy from L1 at start, or nil
+	// deadlines bounds the fetch's rate-limit waits by its callers'.
+	deadlines callerDeadlines
 
 	mu      sync.Mutex    // protects the fields below
 	events  []Progress    // flight-wide progress, replayed to each caller

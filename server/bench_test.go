@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 )
 
 // protoPerCaller is the baseline the fan-out path is measured against: the

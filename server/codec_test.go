@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 )
 
 func TestFramesAreChunkMessages(t *testing.T) {

@@ -47,6 +47,15 @@ func startCluster(t *testing.T, n int, tune func(*coordinator.Config)) *cluster 
 
 func (cl *cluster) url(path string) string { return cl.up.URL() + path }
 
+// countPerCall turns off retries and the breaker, for tests that count the
+// upstream requests each call makes.
+func countPerCall(c *coordinator.Config) {
+	for i := range c.Upstreams {
+		c.Upstreams[i].Protection.Retry.MaxAttempts = 1
+		c.Upstreams[i].Protection.Breaker = coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1}
+	}
+}
+
 // waitUnlocked waits until no instance holds key's fill lock.
 func (cl *cluster) waitUnlocked(t *testing.T, key string) {
 	t.Helper()
@@ -207,6 +216,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 	clk := &clock{}
 	clk.ns.Store(time.Now().UnixNano())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
+		countPerCall(c)
 		c.Now = clk.Now
 		c.Upstreams[0].TTL = time.Minute
 		c.Upstreams[0].StaleTTL = time.Hour
@@ -312,7 +322,7 @@ func TestBadInputRefusedBeforeIO(t *testing.T) {
 }
 
 func TestUpstreamStatuses(t *testing.T) {
-	cl := startCluster(t, 1, nil)
+	cl := startCluster(t, 1, countPerCall)
 	ctx := context.Background()
 	cl.up.Set("/missing", fakeupstream.Status(404))
 	cl.up.Set("/gone", fakeupstream.Status(410))

@@ -1,0 +1,283 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+// testClock is a settable clock.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newTestClock() *testClock { return &testClock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// testGuard is what the scenarios drive: the local guard, or the Redis one.
+type testGuard interface {
+	admit(maxWait time.Duration) admission
+	record(a admission, o outcome, backoff time.Duration)
+}
+
+type redisTestGuard struct {
+	t *testing.T
+	g *redisGuard
+}
+
+func (r redisTestGuard) admit(maxWait time.Duration) admission {
+	a, err := r.g.admit(context.Background(), maxWait)
+	if err != nil {
+		r.t.Fatalf("admit: %v", err)
+	}
+	return a
+}
+
+func (r redisTestGuard) record(a admission, o outcome, backoff time.Duration) {
+	r.g.record(context.Background(), a, o, backoff)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// testRedisLayer returns a redisLayer over a fresh redis-server, without
+// the subscription hub running.
+func testRedisLayer(t *testing.T) *redisLayer {
+	t.Helper()
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	rl := &redisLayer{rdb: srv.Client(t), prefix: "test:", timeout: 2 * time.Second, retry: time.Second, log: quietLogger(), ctx: ctx}
+	rl.hub = newHub(rl.rdb, rl.channel(), rl.log, func(string) {})
+	rl.up.Store(true)
+	t.Cleanup(func() {
+		cancel()
+		rl.wg.Wait()
+	})
+	return rl
+}
+
+// guardKinds runs fn against the local guard and the Redis one, each built
+// for p on a clock of its own, so that the two implementations of the same
+// state machine are held to the same expectations.
+func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, clk *testClock)) {
+	rl := testRedisLayer(t)
+	n := 0
+	for _, kind := range []string{"local", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			up := &Upstream{Name: "up", Timeout: time.Second, Protection: p}
+			up.Protection.setDefaults()
+			if err := up.Protection.validate("test"); err != nil {
+				t.Fatal(err)
+			}
+			clk := newTestClock()
+			var g testGuard = newLocalGuard(up, false, clk.Now, quietLogger())
+			if kind == "redis" {
+				n++
+				up.Name = "up" + string(rune('0'+n)) // a fresh key per run
+				g = redisTestGuard{t, newRedisGuard(rl, up, clk.Now, quietLogger())}
+			}
+			fn(t, g, clk)
+		})
+	}
+}
+
+func (a admission) String() string {
+	return [...]string{"admitted", "open", "over limit"}[a.verdict] + " wait=" + a.wait.String()
+}
+
+func wantVerdict(t *testing.T, step string, a admission, v verdict) {
+	t.Helper()
+	if a.verdict != v {
+		t.Fatalf("%s: got %v; want %v", step, a, admission{verdict: v})
+	}
+}
+
+// noLimit turns the rate limit off, so that scenarios see only the breaker.
+var noLimit = Protection{RateLimit: -1}
+
+func TestBreakerOpensOnConsecutiveFailures(t *testing.T) {
+	p := noLimit
+	p.Breaker = BreakerPolicy{FailureThreshold: 3, FailureRate: -1, OpenFor: time.Second, CloseAfter: 2}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		// A success resets the count: f f s f f stays closed.
+		for i, o := range []outcome{outcomeFailure, outcomeFailure, outcomeSuccess, outcomeFailure, outcomeFailure} {
+			a := g.admit(time.Second)
+			wantVerdict(t, "closed", a, verdictAdmitted)
+			g.record(a, o, 0)
+			_ = i
+		}
+		late := g.admit(time.Second) // admitted before the breaker opens
+		a := g.admit(time.Second)
+		g.record(a, outcomeFailure, 0) // third in a row: opens
+		a = g.admit(time.Second)
+		wantVerdict(t, "after 3 failures", a, verdictOpen)
+		if a.wait != time.Second {
+			t.Errorf("open wait = %v; want 1s", a.wait)
+		}
+		// A result from before the breaker opened changes nothing.
+		g.record(late, outcomeSuccess, 0)
+		wantVerdict(t, "after a stale result", g.admit(time.Second), verdictOpen)
+
+		clk.Advance(999 * time.Millisecond)
+		wantVerdict(t, "just before open_for", g.admit(time.Second), verdictOpen)
+		clk.Advance(time.Millisecond)
+
+		// Half-open: one probe at a time (the default), closing after two
+		// successes in a row.
+		probe := g.admit(time.Second)
+		wantVerdict(t, "half-open probe", probe, verdictAdmitted)
+		if probe.probe != 1 {
+			t.Errorf("probe slot = %d; want 1", probe.probe)
+		}
+		wantVerdict(t, "second probe while the first runs", g.admit(time.Second), verdictOpen)
+		g.record(probe, outcomeSuccess, 0)
+		probe = g.admit(time.Second)
+		wantVerdict(t, "probe after one success", probe, verdictAdmitted)
+		if probe.probe != 1 {
+			t.Fatalf("after one success of two: probe slot = %d; want 1 (still half-open)", probe.probe)
+		}
+		wantVerdict(t, "second probe while the first runs", g.admit(time.Second), verdictOpen)
+		g.record(probe, outcomeSuccess, 0)
+		for i := range 3 {
+			a := g.admit(time.Second)
+			wantVerdict(t, "closed again", a, verdictAdmitted)
+			if a.probe != 0 {
+				t.Errorf("closed: request %d holds probe slot %d", i, a.probe)
+			}
+		}
+	})
+}
+
+func TestBreakerHalfOpenFailureReopens(t *testing.T) {
+	p := noLimit
+	p.Breaker = BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: time.Second}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		g.record(g.admit(time.Second), outcomeFailure, 0)
+		wantVerdict(t, "opened", g.admit(time.Second), verdictOpen)
+		clk.Advance(time.Second)
+		probe := g.admit(time.Second)
+		wantVerdict(t, "probe", probe, verdictAdmitted)
+		g.record(probe, outcomeFailure, 0)
+		a := g.admit(time.Second)
+		wantVerdict(t, "after a failed probe", a, verdictOpen)
+		if a.wait != time.Second {
+			t.Errorf("reopened for %v; want 1s", a.wait)
+		}
+	})
+}
+
+func TestBreakerProbeLeaseExpires(t *testing.T) {
+	p := noLimit
+	p.Breaker = BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: time.Second}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		g.record(g.admit(time.Second), outcomeFailure, 0)
+		clk.Advance(time.Second)
+		lost := g.admit(time.Second) // its instance dies: no result ever comes
+		wantVerdict(t, "probe", lost, verdictAdmitted)
+		wantVerdict(t, "while the probe's lease runs", g.admit(time.Second), verdictOpen)
+		clk.Advance(2 * time.Second) // the lease: timeout (1s) + 1s
+		a := g.admit(time.Second)
+		wantVerdict(t, "after the lease", a, verdictAdmitted)
+		if a.probe == 0 {
+			t.Errorf("not a probe: %+v", a)
+		}
+		// An attempt that said nothing (outcomeNone) frees its slot.
+		g.record(a, outcomeNone, 0)
+		wantVerdict(t, "after an outcome-less probe", g.admit(time.Second), verdictAdmitted)
+	})
+}
+
+func TestBreakerFailureRate(t *testing.T) {
+	p := noLimit
+	p.Breaker = BreakerPolicy{FailureThreshold: -1, FailureRate: 0.5, MinRequests: 4, Window: time.Second, OpenFor: time.Second}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		// s f s, then the window moves past them: one request in window.
+		for _, o := range []outcome{outcomeSuccess, outcomeFailure, outcomeSuccess} {
+			g.record(g.admit(time.Second), o, 0)
+		}
+		clk.Advance(1100 * time.Millisecond)
+		for _, o := range []outcome{outcomeFailure, outcomeSuccess, outcomeFailure} {
+			g.record(g.admit(time.Second), o, 0)
+		}
+		wantVerdict(t, "3 requests in window", g.admit(time.Second), verdictAdmitted)
+		g.record(g.admit(time.Second), outcomeSuccess, 0) // 4 requests, 2 failures: 50%
+		wantVerdict(t, "4 requests, half failed", g.admit(time.Second), verdictOpen)
+	})
+}
+
+func TestRateLimitReservations(t *testing.T) {
+	p := Protection{RateLimit: 10, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		for i, want := range []time.Duration{0, 102500 * time.Microsecond, 205 * time.Millisecond} {
+			a := g.admit(time.Second)
+			wantVerdict(t, "slot", a, verdictAdmitted)
+			if a.wait != want {
+				t.Errorf("slot %d: wait %v; want %v", i, a.wait, want)
+			}
+		}
+		// A slot past the bound is refused and not booked.
+		a := g.admit(300 * time.Millisecond)
+		wantVerdict(t, "past the bound", a, verdictOverLimit)
+		if a.wait != 307500*time.Microsecond {
+			t.Errorf("refused slot: wait %v; want 307.5ms", a.wait)
+		}
+		if a := g.admit(time.Second); a.wait != 307500*time.Microsecond {
+			t.Errorf("after a refusal: wait %v; want 307.5ms (the refused slot was not booked)", a.wait)
+		}
+		// A Retry-After backoff holds every slot back until it ends, and
+		// slots stay paced after it.
+		clk.Advance(time.Second)
+		g.record(g.admit(time.Second), outcomeFailure, 2*time.Second)
+		for i, want := range []time.Duration{2 * time.Second, 2102500 * time.Microsecond} {
+			a := g.admit(3 * time.Second)
+			if a.wait != want || a.backoff != 2*time.Second {
+				t.Errorf("after backoff, slot %d: %+v; want wait %v with backoff 2s", i, a, want)
+			}
+		}
+		// A shorter backoff does not shorten a longer one.
+		g.record(g.admit(3*time.Second), outcomeFailure, time.Second)
+		if a := g.admit(3 * time.Second); a.backoff != 2*time.Second {
+			t.Errorf("backoff after a shorter one: %v; want 2s", a.backoff)
+		}
+	})
+}
+
+func TestRateLimitBurst(t *testing.T) {
+	p := Protection{RateLimit: 10, Burst: 3}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+		var got []time.Duration
+		for range 5 {
+			got = append(got, g.admit(time.Second).wait)
+		}
+		want := []time.Duration{0, 0, 0, 102500 * time.Microsecond, 205 * time.Millisecond}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("waits %v; want %v", got, want)
+			}
+		}
+	})
+}
+
+func TestSlotIntervalNeverFitsAnExtraSlot(t *testing.T) {
+	for _, rate := range []int{1, 3, 7, 10, 30, 33, 999, 1000, 1001} {
+		if iv := slotInterval(rate); time.Duration(rate)*iv < time.Second {
+			t.Errorf("rate %d: interval %v fits %d slots in 1s", rate, iv, rate+1)
+		}
+	}
+}

@@ -1,0 +1,164 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+)
+
+// TestWatchdogHoldsLeaseForSlowUpstream: an upstream slower than the lock
+// lease never lets a second instance in, because the watchdog extends it.
+func TestWatchdogHoldsLeaseForSlowUpstream(t *testing.T) {
+	cl := startCluster(t, 3, func(c *coordinator.Config) { c.LockTTL = 300 * time.Millisecond })
+	cl.up.Set("/slow", fakeupstream.Behavior{Delay: 1500 * time.Millisecond}) // 5 leases
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out := cl.burst(t, ctx, 90, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/slow")} })
+	checkAll(t, out, cl.up.Body("/slow"))
+	if got := cl.up.Count("/slow"); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1 (lease extended while fetching)", got)
+	}
+}
+
+// TestProgressEvents: the leader's callers see FETCHING, other instances'
+// see WAITING_LEADER, later callers are hits.
+func TestProgressEvents(t *testing.T) {
+	cl := startCluster(t, 2, nil)
+	release := make(chan struct{})
+	cl.up.Set("/p", fakeupstream.Behavior{Block: release})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		d   *coorddtest.Doc
+		err error
+	}
+	leader, follower := make(chan res, 1), make(chan res, 1)
+	go func() {
+		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+		leader <- res{d, err}
+	}()
+	if err := cl.up.WaitCount(ctx, "/p", 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+		follower <- res{d, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	has := func(d *coorddtest.Doc, role coorddv1.Role, stage coorddv1.Stage) bool {
+		for _, p := range d.Progress {
+			if p.GetRole() == role && p.GetStage() == stage {
+				return true
+			}
+		}
+		return false
+	}
+	l, f := <-leader, <-follower
+	if l.err != nil || f.err != nil {
+		t.Fatalf("errors: %v, %v", l.err, f.err)
+	}
+	if !has(l.d, coorddv1.Role_ROLE_LEADER, coorddv1.Stage_STAGE_FETCHING) || l.d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
+		t.Fatalf("leader progress %v, source %v; want LEADER/FETCHING and UPSTREAM", l.d.Progress, l.d.Meta.GetSource())
+	}
+	if !has(f.d, coorddv1.Role_ROLE_FOLLOWER, coorddv1.Stage_STAGE_WAITING_LEADER) || f.d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
+		t.Fatalf("follower progress %v, source %v; want FOLLOWER/WAITING_LEADER and L2", f.d.Progress, f.d.Meta.GetSource())
+	}
+	h, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+	if err != nil || !has(h, coorddv1.Role_ROLE_HIT, coorddv1.Stage_STAGE_UNSPECIFIED) || h.Meta.GetSource() != coorddv1.Source_SOURCE_L1 {
+		t.Fatalf("hit: %v, %v; want ROLE_HIT from L1", err, h)
+	}
+}
+
+func TestUpstreamTimeout(t *testing.T) {
+	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Upstreams[0].Timeout = 200 * time.Millisecond })
+	cl.up.Set("/hang", fakeupstream.Hang())
+	_, err := coorddtest.Get(context.Background(), cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hang")})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err = %v; want UNAVAILABLE after the per-attempt timeout", err)
+	}
+}
+
+func TestCustomKey(t *testing.T) {
+	cl := startCluster(t, 2, nil)
+	ctx := context.Background()
+	d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/v1/page"), Key: "page"})
+	if err != nil || d.Meta.GetKey() != "page" {
+		t.Fatalf("%v, %v", err, d)
+	}
+	// Another url under the same key is served the stored document.
+	d, err = coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/v2/page"), Key: "page"})
+	if err != nil || !bytes.Equal(d.Body, cl.up.Body("/v1/page")) {
+		t.Fatalf("%v; want the document stored under the key", err)
+	}
+	if _, err := cl.clients[1].Invalidate(ctx, &coorddv1.InvalidateRequest{Key: "page"}); err != nil {
+		t.Fatal(err)
+	}
+	if cl.up.Count("/v2/page") != 0 {
+		t.Fatal("the second url was fetched")
+	}
+}
+
+// TestManyKeysWithCancellations is a chaos burst: 3 instances, 40 keys,
+// 600 callers, a third of whom give up at a random moment. Every key is
+// fetched once, and every caller that stays gets its key's bytes.
+func TestManyKeysWithCancellations(t *testing.T) {
+	cl := startCluster(t, 3, nil)
+	const keys, callers = 40, 600
+	for k := range keys {
+		cl.up.Set(fmt.Sprintf("/k%d", k), fakeupstream.Behavior{Delay: time.Duration(k%5) * 30 * time.Millisecond, Size: 1000 + k*3000})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path := fmt.Sprintf("/k%d", i%keys)
+			cctx := ctx
+			if i%3 == 0 {
+				var ccancel context.CancelFunc
+				cctx, ccancel = context.WithTimeout(ctx, time.Duration(rand.N(150))*time.Millisecond)
+				defer ccancel()
+			}
+			d, err := coorddtest.Get(cctx, cl.clients[i%3], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			if i%3 == 0 {
+				if err != nil && status.Code(err) != codes.DeadlineExceeded && status.Code(err) != codes.Canceled {
+					errs <- fmt.Errorf("caller %d: %v", i, err)
+				}
+				return
+			}
+			if err != nil {
+				errs <- fmt.Errorf("caller %d: %v", i, err)
+				return
+			}
+			if !bytes.Equal(d.Body, fakeupstream.SizedBody(path, 1000+(i%keys)*3000)) {
+				errs <- fmt.Errorf("caller %d: body differs", i)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		if got := cl.up.Count(fmt.Sprintf("/k%d", k)); got != 1 {
+			t.Fatalf("/k%d: upstream requests = %d; want 1", k, got)
+		}
+	}
+}
