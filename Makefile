@@ -33,7 +33,7 @@ check-generated:
 		exit 1; \
 	fi && echo "check-generated: gen/ is up to date."
 
-.PHONY: test deps run build soak bench
+.PHONY: test test-ts deps run build soak bench
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server (apt-get where possible) and the TypeScript client's npm
@@ -51,12 +51,26 @@ deps:
 		fi; \
 	fi
 	@redis-server --version
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "node/npm not found; installing them with apt-get (the TypeScript client's tests need Node.js >= 20)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null); then \
+			echo "error: Node.js >= 20 and npm are required by the TypeScript client's tests and could not be installed." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@echo "node $$(node --version), npm $$(npm --version)"
 
 # test is the one command that runs every test: generated code checked
-# against the protos, then go test -race.
+# against the protos, go test -race, then the TypeScript client and MCP
+# server against a real coordd.
 test: deps check-generated
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory test-ts
+
+test-ts:
+	cd clients/ts && npm ci --no-audit --no-fund && npm run build && npm test
 
 build:
 	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd

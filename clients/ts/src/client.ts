@@ -1,0 +1,249 @@
+// Client for coordd.v1.CoordinatorService over gRPC (HTTP/2, Connect's
+// gRPC transport), and get(), which reassembles a GetOrFetch stream into
+// one document. It follows the Go client (clients/go) where it can:
+// the same retryable codes, backoff and default deadline, without its
+// circuit breaker and retry throttling.
+
+import { setTimeout as delay } from "node:timers/promises";
+
+import { Code, ConnectError, createClient, type CallOptions, type Client } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+import { CoordinatorService, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
+
+export { Code, ConnectError };
+export * from "./gen/coordd/v1/coordd_pb.js";
+
+/** DEFAULT_ADDR is where coordd listens by default. */
+export const DEFAULT_ADDR = "127.0.0.1:50051";
+
+/** DEFAULT_TIMEOUT_MS is the deadline of a call, retries included. */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** Document is a document reassembled from a GetOrFetch stream. */
+export interface Document {
+  /** body is every chunk, concatenated. */
+  readonly body: Uint8Array;
+  /** metadata is the stream's one metadata event. statusCode is the
+   * upstream's HTTP status: a 404 is a document, not an error. */
+  readonly metadata: Metadata;
+  /** progress holds the progress events of the attempt that produced the
+   * document, in the order they arrived. */
+  readonly progress: readonly Progress[];
+  /** text decodes body as UTF-8. */
+  text(): string;
+}
+
+/**
+ * UnreachableError reports that no coordd answered: the connection was
+ * refused, reset or lost mid-call, or the name did not resolve. Its code is
+ * Unavailable and its cause the transport's error. An Unavailable that
+ * coordd sent itself (an upstream down and no stale copy) is a plain
+ * ConnectError.
+ */
+export class UnreachableError extends ConnectError {
+  constructor(addr: string, cause: ConnectError) {
+    super(`coordd at ${addr} is unreachable: ${cause.rawMessage}`, Code.Unavailable, undefined, undefined, cause);
+  }
+
+  // ConnectError's own check, inherited, would take every ConnectError for
+  // an UnreachableError; this one follows the prototype chain.
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return Function.prototype[Symbol.hasInstance].call(this, v);
+  }
+}
+
+/** RetryOptions say how a call is retried. Semantics of gRPC's retry design
+ * (gRFC A6): an attempt failing with Unavailable or ResourceExhausted is
+ * retried after a random wait in [0, min(baseDelayMs·2^(n-1), maxDelayMs))
+ * (capped exponential backoff, full jitter); any other code is final. */
+export interface RetryOptions {
+  /** attempts is the most attempts per call, the first included.
+   * Default: 4. 1 turns retries off. */
+  attempts?: number;
+  /** baseDelayMs bounds the wait before the first retry. Default: 100. */
+  baseDelayMs?: number;
+  /** maxDelayMs caps the bound of any wait. Default: 2000. */
+  maxDelayMs?: number;
+}
+
+/** ClientOptions configure a CoorddClient. */
+export interface ClientOptions {
+  /** retry is the default for every call. */
+  retry?: RetryOptions;
+  /** timeoutMs is the default deadline of a call, every attempt and
+   * backoff included. Default: DEFAULT_TIMEOUT_MS. 0: none. */
+  timeoutMs?: number;
+}
+
+/** GetOptions configure one get. */
+export interface GetOptions {
+  /** key is the cache key. Default: coordd uses the canonical url. */
+  key?: string;
+  /** noStale refuses stale copies. */
+  noStale?: boolean;
+  /** signal cancels the call, backoff included; the call then rejects
+   * with Canceled. */
+  signal?: AbortSignal;
+  /** timeoutMs overrides the client's deadline for this call. */
+  timeoutMs?: number;
+  /** headers are sent with each attempt as gRPC metadata. */
+  headers?: CallOptions["headers"];
+  /** onProgress is called with each progress event as it arrives, also
+   * for attempts that are later retried. */
+  onProgress?: (p: Progress) => void;
+  /** retry overrides the client's RetryOptions. */
+  retry?: RetryOptions;
+}
+
+/**
+ * CoorddClient calls one coordd over a single HTTP/2 connection, made on
+ * first use and shared by concurrent calls. It is safe to share; it does
+ * not keep the process alive while idle. close() drops the connection.
+ */
+export class CoorddClient {
+  /** rpc is the generated client, for calls that get() does not cover,
+   * such as invalidate. It neither retries nor sets deadlines. */
+  readonly rpc: Client<typeof CoordinatorService>;
+  /** addr is the address given to the constructor. */
+  readonly addr: string;
+  private readonly session: Http2SessionManager;
+  private readonly retry: RetryOptions;
+  private readonly timeoutMs: number;
+
+  /** addr is host:port, or a base URL such as http://host:port. */
+  constructor(addr: string = DEFAULT_ADDR, opts: ClientOptions = {}) {
+    this.addr = addr;
+    const baseUrl = /^https?:\/\//.test(addr) ? addr : `http://${addr}`;
+    this.session = new Http2SessionManager(baseUrl);
+    this.rpc = createClient(CoordinatorService, createGrpcTransport({ baseUrl, sessionManager: this.session }));
+    this.retry = opts.retry ?? {};
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
+  /**
+   * get returns the document at url, an absolute http(s) URL inside one of
+   * coordd's upstreams. The stream carries zero or more progress events,
+   * exactly one metadata event, then the body in chunks.
+   *
+   * It rejects with a ConnectError carrying coordd's code: InvalidArgument
+   * (malformed url), PermissionDenied (outside every upstream), Unavailable
+   * (upstream down, no stale copy), ResourceExhausted, FailedPrecondition,
+   * DeadlineExceeded; with an UnreachableError (Unavailable) when no coordd
+   * answered; with Canceled when signal aborts; with Internal when the
+   * stream breaks its order. Unavailable and ResourceExhausted are retried
+   * (see RetryOptions); an attempt that fails part-way is discarded whole.
+   */
+  async get(url: string, opts: GetOptions = {}): Promise<Document> {
+    const r = { ...this.retry, ...opts.retry };
+    const attempts = Math.max(1, r.attempts ?? 4);
+    const base = r.baseDelayMs ?? 100;
+    const cap = r.maxDelayMs ?? 2000;
+    const timeoutMs = opts.timeoutMs ?? this.timeoutMs;
+    const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : Infinity;
+    for (let n = 1; ; n++) {
+      try {
+        return await this.getOnce(url, opts, deadline);
+      } catch (err) {
+        const ce = ConnectError.from(err);
+        if (!retryable(ce.code) || n >= attempts || opts.signal?.aborted) throw ce;
+        const wait = Math.random() * Math.min(cap, base * 2 ** (n - 1));
+        if (Date.now() + wait >= deadline) throw ce;
+        await sleep(wait, opts.signal);
+      }
+    }
+  }
+
+  private async getOnce(url: string, opts: GetOptions, deadline: number): Promise<Document> {
+    const progress: Progress[] = [];
+    const chunks: Uint8Array[] = [];
+    let metadata: Metadata | undefined;
+    const timeoutMs = deadline === Infinity ? undefined : Math.max(1, deadline - Date.now());
+    try {
+      const stream = this.rpc.getOrFetch(
+        { url, key: opts.key ?? "", noStale: opts.noStale ?? false },
+        { signal: opts.signal, timeoutMs, headers: opts.headers },
+      );
+      for await (const res of stream) {
+        const ev = res.event;
+        switch (ev.case) {
+          case "progress":
+            if (metadata) throw badStream("progress after metadata");
+            progress.push(ev.value);
+            opts.onProgress?.(ev.value);
+            break;
+          case "metadata":
+            if (metadata) throw badStream("second metadata");
+            metadata = ev.value;
+            break;
+          case "chunk":
+            if (!metadata) throw badStream("chunk before metadata");
+            chunks.push(ev.value.data);
+            break;
+          default:
+            throw badStream("empty event");
+        }
+      }
+    } catch (err) {
+      const ce = ConnectError.from(err);
+      throw lostConnection(ce, opts.signal) ? new UnreachableError(this.addr, ce) : ce;
+    }
+    if (!metadata) throw badStream("stream ended without metadata");
+    const body = concat(chunks);
+    if (BigInt(body.length) !== metadata.size) {
+      throw badStream(`body is ${body.length} bytes; metadata says ${metadata.size}`);
+    }
+    return { body, metadata, progress, text: () => new TextDecoder().decode(body) };
+  }
+
+  /** close drops the connection; calls in flight fail. */
+  close(): void {
+    this.session.abort();
+  }
+}
+
+function retryable(code: Code): boolean {
+  return code === Code.Unavailable || code === Code.ResourceExhausted;
+}
+
+// Node's error codes for a peer that cannot be reached or went away.
+const NETWORK_ERRORS = new Set([
+  "ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EPIPE", "ETIMEDOUT",
+  "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN",
+]);
+
+// lostConnection reports whether err is the transport failing rather than
+// an answer from coordd. Connect maps a refused connection to Unavailable
+// but a reset one to Aborted, and a connection that dies mid-stream to
+// Canceled, which grpc-go (and so the Go client) reports as Unavailable.
+function lostConnection(err: ConnectError, signal?: AbortSignal): boolean {
+  if (err instanceof UnreachableError) return false;
+  for (let e: unknown = err.cause; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NETWORK_ERRORS.has(code)) return true;
+  }
+  return err.code === Code.Canceled && !signal?.aborted;
+}
+
+function badStream(msg: string): ConnectError {
+  return new ConnectError(`coordd: malformed GetOrFetch stream: ${msg}`, Code.Internal);
+}
+
+function concat(chunks: Uint8Array[]): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.length;
+  }
+  return out;
+}
+
+async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  try {
+    await delay(ms, undefined, { signal });
+  } catch (err) {
+    throw ConnectError.from(err); // an AbortError becomes Canceled
+  }
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env node
+// Command server is a stdio MCP server offering mdn_doc and mdn_search,
+// which read MDN through coordd instead of fetching it themselves.
+//
+//	node dist/mcp/server.js [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
+
+import { parseArgs } from "node:util";
+
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+
+import { CoorddClient, DEFAULT_ADDR } from "../client.js";
+import { DEFAULT_MDN_BASE, MDN, SEARCH_RESULTS } from "./mdn.js";
+
+const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
+
+  --coordd ADDR        coordd's gRPC address (default ${DEFAULT_ADDR})
+  --mdn-base URL       MDN's base URL; coordd must have it as an upstream (default ${DEFAULT_MDN_BASE})
+  --timeout DURATION   deadline of one tool call's fetch through coordd, retries included,
+                       such as 30s, 1500ms or 2m (default 30s)
+`;
+
+// parseDuration reads "30s", "1500ms", "2m" or plain seconds, in ms.
+function parseDuration(s: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(s.trim());
+  if (!m) return NaN;
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[m[2] ?? "s"]!;
+}
+
+/** newServer returns an MCP server whose tools read MDN through mdn: the
+ * same tools as the Go server (cmd/mdn-mcp). */
+function newServer(mdn: MDN): McpServer {
+  const server = new McpServer(
+    { name: "mdn-mcp", title: "MDN Web Docs", version: "0.1.0" },
+    { instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it." },
+  );
+  const annotations = { readOnlyHint: true, idempotentHint: true, openWorldHint: true };
+  server.registerTool(
+    "mdn_doc",
+    {
+      title: "Read an MDN page",
+      description:
+        "Returns an MDN Web Docs page as markdown: title, summary, and every section " +
+        "(syntax, parameters, examples, specifications). Takes the page's path, e.g. /en-US/docs/Web/API/Fetch_API.",
+      inputSchema: {
+        path: z
+          .string()
+          .describe("the page's path on MDN, e.g. /en-US/docs/Web/JavaScript/Reference/Global_Objects/Array/map"),
+      },
+      annotations,
+    },
+    ({ path }) => guard(() => mdn.doc(path)),
+  );
+  server.registerTool(
+    "mdn_search",
+    {
+      title: "Search MDN",
+      description: `Searches MDN Web Docs and returns the top ${SEARCH_RESULTS} pages with their paths (for mdn_doc) and summaries.`,
+      inputSchema: {
+        query: z.string().describe("what to search for, e.g. array map"),
+      },
+      annotations,
+    },
+    ({ query }) => guard(() => mdn.search(query)),
+  );
+  return server;
+}
+
+// guard turns an unexpected exception (a bug, or data in a shape nobody
+// foresaw) into a tool error too, with the reason, instead of leaving it to
+// the SDK's generic message.
+async function guard(f: () => Promise<CallToolResult>): Promise<CallToolResult> {
+  try {
+    return await f();
+  } catch (err) {
+    return { content: [{ type: "text", text: `internal error: ${String(err)}` }], isError: true };
+  }
+}
+
+async function main(): Promise<void> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      options: {
+        coordd: { type: "string", default: DEFAULT_ADDR },
+        "mdn-base": { type: "string", default: DEFAULT_MDN_BASE },
+        timeout: { type: "string", default: "30s" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE}`);
+    process.exit(2);
+  }
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const timeoutMs = parseDuration(values.timeout);
+  if (!(timeoutMs > 0)) {
+    process.stderr.write(`--timeout ${JSON.stringify(values.timeout)}: want a positive duration such as 30s\n`);
+    process.exit(2);
+  }
+  const coordd = new CoorddClient(values.coordd, { timeoutMs });
+  let mdn: MDN;
+  try {
+    mdn = new MDN(coordd, values["mdn-base"]);
+  } catch (err) {
+    process.stderr.write(`--mdn-base: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  const server = newServer(mdn);
+  // stdout carries the protocol: anything else goes to stderr.
+  server.server.onclose = () => coordd.close();
+  await server.connect(new StdioServerTransport());
+  process.stderr.write(`mdn-mcp: serving on stdio; coordd ${coordd.addr}, MDN ${mdn.base.href}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`mdn-mcp: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,158 @@
+// Test harness: a real coordd built from this repository, in front of a
+// fake MDN served from this process.
+
+import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer as createHTTPServer, type Server } from "node:http";
+import { connect, createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+
+/** REPO_ROOT is the repository root (this file runs from clients/ts/dist/test/). */
+export const REPO_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
+
+/** SERVER_JS is the built MCP server. */
+export const SERVER_JS = fileURLToPath(new URL("../mcp/server.js", import.meta.url));
+
+/** freePort returns a loopback port that was free a moment ago. */
+export async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((resolve, reject) => s.listen(0, "127.0.0.1", resolve).once("error", reject));
+  const { port } = s.address() as AddressInfo;
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+function goBinary(): string {
+  if (process.env["GO"]) return process.env["GO"];
+  const paths = (process.env["PATH"] ?? "").split(":");
+  if (paths.some((p) => p && existsSync(join(p, "go")))) return "go";
+  return "/usr/local/go/bin/go";
+}
+
+let built: Promise<string> | undefined;
+
+/** buildCoordd builds ./cmd/coordd once per process into a temporary
+ * directory, removed at exit. $COORDD_BIN, if set, names a coordd binary
+ * to use instead. */
+export function buildCoordd(): Promise<string> {
+  built ??= (async () => {
+    if (process.env["COORDD_BIN"]) return process.env["COORDD_BIN"];
+    if (!existsSync(join(REPO_ROOT, "go.mod"))) throw new Error(`no go.mod in ${REPO_ROOT}`);
+    const dir = mkdtempSync(join(tmpdir(), "coordd-ts-test-"));
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+    const bin = join(dir, "coordd");
+    try {
+      await promisify(execFile)(goBinary(), ["build", "-o", bin, "./cmd/coordd"], { cwd: REPO_ROOT });
+    } catch (err) {
+      const e = err as { stderr?: string; message: string };
+      throw new Error(`go build ./cmd/coordd: ${e.stderr || e.message}`);
+    }
+    return bin;
+  })();
+  return built;
+}
+
+/** Coordd is a running coordd process. */
+export interface Coordd {
+  addr: string;
+  /** stderr collects coordd's log, for failure messages. */
+  stderr(): string;
+  /** stop ends coordd gracefully (SIGTERM), killing it after 5 s. */
+  stop(): Promise<void>;
+  /** kill ends coordd at once (SIGKILL), as a crash would. */
+  kill(): void;
+}
+
+/** startCoordd starts coordd in single-node mode on a free port with the
+ * given upstreams, and resolves once the port accepts connections. */
+export async function startCoordd(upstreams: Record<string, string>): Promise<Coordd> {
+  const bin = await buildCoordd();
+  const addr = `127.0.0.1:${await freePort()}`;
+  const args = ["--listen", addr];
+  for (const [name, base] of Object.entries(upstreams)) args.push("--upstream", `${name}=${base}`);
+  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  proc.stderr!.setEncoding("utf8").on("data", (s: string) => (log += s));
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGTERM");
+    const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
+    await exited;
+    clearTimeout(t);
+  };
+  try {
+    await waitForPort(addr, proc, 20_000);
+  } catch (err) {
+    await stop();
+    throw new Error(`${(err as Error).message}\ncoordd log:\n${log}`);
+  }
+  return { addr, stderr: () => log, stop, kill: () => proc.kill("SIGKILL") };
+}
+
+async function waitForPort(addr: string, proc: ChildProcess, timeoutMs: number): Promise<void> {
+  const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`coordd exited with status ${proc.exitCode}`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const c = connect(port, host, () => {
+        c.destroy();
+        resolve(true);
+      }).once("error", () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`coordd did not listen on ${addr} within ${timeoutMs} ms`);
+    await delay(50);
+  }
+}
+
+/** FakeMDN serves fixed MDN pages and search results, and counts requests. */
+export interface FakeMDN {
+  base: string;
+  /** requests returns how many requests reached path (query excluded). */
+  requests(path: string): number;
+  close(): Promise<void>;
+}
+
+/** FakeMDNOptions configure startFakeMDN. */
+export interface FakeMDNOptions {
+  /** pages maps a page path (no /index.json) to its index.json. */
+  pages: Record<string, unknown>;
+  /** search is the answer to /api/v1/search, whatever the query. */
+  search: unknown;
+  /** delayMs holds each answer back, so that concurrent calls overlap. */
+  delayMs?: number;
+}
+
+/** startFakeMDN serves opts on a free loopback port. Unknown paths get 404. */
+export async function startFakeMDN(opts: FakeMDNOptions): Promise<FakeMDN> {
+  const counts = new Map<string, number>();
+  const server: Server = createHTTPServer((req, res) => {
+    const path = new URL(req.url ?? "/", "http://x").pathname;
+    counts.set(path, (counts.get(path) ?? 0) + 1);
+    const answer = () => {
+      const page = path.endsWith("/index.json") ? opts.pages[path.slice(0, -"/index.json".length)] : undefined;
+      const body = path === "/api/v1/search" ? opts.search : page;
+      if (req.method !== "GET" || body === undefined) {
+        res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not found"}');
+        return;
+      }
+      res.writeHead(200, { "content-type": "application/json; charset=utf-8" }).end(JSON.stringify(body));
+    };
+    setTimeout(answer, opts.delayMs ?? 0);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    base: `http://127.0.0.1:${port}`,
+    requests: (path) => counts.get(path) ?? 0,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
