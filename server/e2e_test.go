@@ -30,7 +30,7 @@ type cluster struct {
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
-func startCluster(t *testing.T, n int, tune func(*coordinator.Config)) *cluster {
+func startCluster(t testing.TB, n int, tune func(*coordinator.Config)) *cluster {
 	t.Helper()
 	cl := &cluster{redis: redistest.Start(t), up: fakeupstream.New(t)}
 	for range n {
@@ -57,7 +57,7 @@ func countPerCall(c *coordinator.Config) {
 }
 
 // waitUnlocked waits until no instance holds key's fill lock.
-func (cl *cluster) waitUnlocked(t *testing.T, key string) {
+func (cl *cluster) waitUnlocked(t testing.TB, key string) {
 	t.Helper()
 	rdb := cl.redis.Client(t)
 	for deadline := time.Now().Add(10 * time.Second); ; {
