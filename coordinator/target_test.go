@@ -103,3 +103,32 @@ func TestConfigValidateNamesField(t *testing.T) {
 		})
 	}
 }
+
+// FuzzResolve: no input crashes Resolve, and whatever it accepts is inside
+// the upstream and resolves to itself.
+func FuzzResolve(f *testing.F) {
+	for _, s := range []string{"https://developer.mozilla.org/a?b=1#c", "http://127.0.0.1:8080/docs/../x", "//x", "https://u@x/", "\x00", "https://developer.mozilla.org:443/%2e%2e/a"} {
+		f.Add(s, "")
+	}
+	c, err := New(Config{Upstreams: []Upstream{
+		{Name: "mdn", BaseURL: "https://developer.mozilla.org"},
+		{Name: "local", BaseURL: "http://127.0.0.1:8080/docs/"},
+	}}, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Close()
+	f.Fuzz(func(t *testing.T, raw, key string) {
+		tg, err := c.Resolve(raw, key)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrForbidden) {
+				t.Fatalf("Resolve(%q) = %v; want an invalid-argument or forbidden error", raw, err)
+			}
+			return
+		}
+		again, err := c.Resolve(tg.URL, "")
+		if err != nil || again.URL != tg.URL {
+			t.Fatalf("canonical %q resolves to %q, %v; want itself", tg.URL, again.URL, err)
+		}
+	})
+}

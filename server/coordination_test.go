@@ -162,3 +162,43 @@ func TestManyKeysWithCancellations(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleRefreshedByOneInstance: every instance holds a stale copy and
+// serves it at once to a burst of callers; exactly one instance refreshes
+// it (stale-while-revalidate under the fill lock).
+func TestStaleRefreshedByOneInstance(t *testing.T) {
+	clk := &clock{}
+	clk.ns.Store(time.Now().UnixNano())
+	cl := startCluster(t, 3, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range cl.clients { // every L1 holds the document
+		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(2 * time.Minute)
+	release := make(chan struct{})
+	cl.up.Set("/swr", fakeupstream.Behavior{Block: release})
+	out := cl.burst(t, ctx, 150, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/swr")} })
+	for i, o := range out {
+		if o.err != nil || !o.doc.Meta.GetStale() {
+			t.Fatalf("caller %d: %v, %v; want the stale copy at once", i, o.err, o.doc.GetMeta())
+		}
+	}
+	close(release)
+	cl.waitUnlocked(t, cl.url("/swr"))
+	if got := cl.up.Count("/swr"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2 (the first fill, then one refresh for all instances)", got)
+	}
+	// After the refresh, a no_stale caller anywhere gets the fresh copy.
+	for i, c := range cl.clients {
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr"), NoStale: true})
+		if err != nil || d.Meta.GetStale() {
+			t.Fatalf("instance %d after refresh: %v, %v", i, err, d.GetMeta())
+		}
+	}
+	if got := cl.up.Count("/swr"); got != 2 {
+		t.Fatalf("upstream requests = %d after the refresh; want still 2", got)
+	}
+}

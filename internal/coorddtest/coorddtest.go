@@ -189,3 +189,11 @@ func Get(ctx context.Context, c coorddv1.CoordinatorServiceClient, req *coorddv1
 type errShape string
 
 func (e errShape) Error() string { return "coorddtest: bad stream: " + string(e) }
+
+// GetMeta returns d's metadata; nil-safe, for error messages.
+func (d *Doc) GetMeta() *coorddv1.Metadata {
+	if d == nil {
+		return nil
+	}
+	return d.Meta
+}
