@@ -1,4 +1,4 @@
-package coordinator_test
+package server_test
 
 import (
 	"bytes"
