@@ -273,3 +273,35 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestStartsWithRedisDown: an instance whose Redis is down at start serves
+// in-process, and joins the cluster by itself once Redis answers.
+func TestStartsWithRedisDown(t *testing.T) {
+	cl := startCluster(t, 1, fastRedis)
+	cl.redis.Kill()
+	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
+	fastRedis(&cfg)
+	in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
+	c := in.Dial(t)
+	ctx := context.Background()
+	if in.Coordinator.RedisHealthy() {
+		t.Fatal("RedisHealthy with Redis down")
+	}
+	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/early")}); err != nil {
+		t.Fatalf("with Redis down at start: %v", err)
+	}
+	cl.redis.Restart()
+	waitFor(t, 10*time.Second, func() bool { return in.Coordinator.RedisHealthy() && cl.instances[0].Coordinator.RedisHealthy() })
+	// Now coordinated with the other instance.
+	release := make(chan struct{})
+	cl.up.Set("/late", fakeupstream.Behavior{Block: release})
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	go func() { _ = cl.up.WaitCount(cctx, "/late", 1); time.Sleep(100 * time.Millisecond); close(release) }()
+	cl.clients = append(cl.clients, c)
+	out := cl.burst(t, cctx, 40, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/late")} })
+	checkAll(t, out, cl.up.Body("/late"))
+	if got := cl.up.Count("/late"); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1 once Redis is back", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,9 +92,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	var g *server.GRPC
+	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
 	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
-		if g != nil {
+		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
 	}}
@@ -106,10 +107,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g = server.NewGRPC(server.New(c, log))
+	g := server.NewGRPC(server.New(c, log))
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}
+	grpcServer.Store(g)
 	mode := "single-node (no redis configured)"
 	if rdb != nil {
 		mode = "redis"
@@ -132,6 +134,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	log.Info("coordd stopped")
 	return err
 }
 

@@ -141,3 +141,51 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatalf("fill lock still held after shutdown")
 	}
 }
+
+// TestRedisClusterConfig runs coordd on a Redis Cluster from its YAML.
+func TestRedisClusterConfig(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	up := fakeupstream.New(t)
+	addr := freeAddr(t)
+	path := t.TempDir() + "/coordd.yaml"
+	yaml := "listen: " + addr + "\nredis_cluster: [\"" + strings.Join(rc.Addrs(), "\", \"") + "\"]\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--config", path}, os.Stderr) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := coorddv1.NewCoordinatorServiceClient(cc)
+	hc := healthpb.NewHealthClient(cc)
+	for {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "coordd.v1.CoordinatorService/redis"}, grpc.WaitForReady(true))
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 2 {
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
+		if err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		if i == 0 && d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
+			t.Fatalf("source %v", d.Meta.GetSource())
+		}
+	}
+	n, err := rc.Client(t).Exists(context.Background(), "coordd:doc:"+up.URL()+"/doc").Result()
+	if err != nil || n != 1 {
+		t.Fatalf("document not in the cluster: %d, %v", n, err)
+	}
+}
