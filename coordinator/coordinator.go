@@ -38,6 +38,7 @@ type Coordinator struct {
 	closed atomic.Bool
 
 	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
+	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
 	ownTransport     *http.Transport // the transport New made, closed by Close
 }
 
@@ -147,6 +148,12 @@ func (c *Coordinator) Close() error {
 
 // UpstreamRequests returns how many upstream fetches this instance started.
 func (c *Coordinator) UpstreamRequests() int64 { return c.upstreamRequests.Load() }
+
+// TimerWakeups returns how many times a follower on this instance re-checked
+// because the lock lease ran out rather than because it was pushed an
+// event. Without a dead lock holder or a broken subscription it stays 0:
+// every wakeup is a push.
+func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
 
 // RedisHealthy reports whether Redis is configured and believed up.
 func (c *Coordinator) RedisHealthy() bool { return c.rl != nil && c.rl.healthy() }
@@ -357,6 +364,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 			return nil, nil, true
 		}
 	case <-timer.C:
+		c.timerWakeups.Add(1)
 		return nil, nil, true
 	case <-c.ctx.Done():
 		return stale, ErrClosed, false
@@ -398,11 +406,11 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		}
 	}
 	if c.ctx.Err() != nil {
-		c.notify(l, event{Type: evRelease, Key: key})
+		c.handOff(l, event{Type: evRelease, Key: key})
 		return stale, ErrClosed
 	}
 	c.log.Warn("upstream fetch failed", "upstream", up.Name, "url", f.t.URL, "err", err, "stale", stale != nil)
-	c.notify(l, event{Type: evFail, Key: key, Kind: errorKind(err), Msg: err.Error()})
+	c.handOff(l, event{Type: evFail, Key: key, Kind: errorKind(err), Msg: err.Error()})
 	return stale, err
 }
 
@@ -464,18 +472,21 @@ func (c *Coordinator) land(l *lease, d *Document, cache bool) {
 		err = r.setRaw(c.ctx, rkey, d, c.cfg.ResultTTL)
 	}
 	if err != nil {
-		c.notify(l, event{Type: evRelease, Key: d.Key})
+		c.handOff(l, event{Type: evRelease, Key: d.Key})
 		return
 	}
-	c.notify(l, event{Type: evDone, Key: d.Key, Result: rkey})
+	c.handOff(l, event{Type: evDone, Key: d.Key, Result: rkey})
 }
 
-// notify publishes ev to every instance's followers. Without a lease (Redis
-// down, or single-node mode) there are none to wake.
-func (c *Coordinator) notify(l *lease, ev event) {
+// handOff releases l, then publishes ev to every instance's followers. The
+// order matters: a follower woken by ev must find the lock free, or it
+// would wait for a lease that nobody holds any more. Without a lease (Redis
+// down, or single-node mode) there are no followers to wake.
+func (c *Coordinator) handOff(l *lease, ev event) {
 	if l == nil || c.rl == nil {
 		return
 	}
+	l.release()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RedisTimeout)
 	defer cancel()
 	_ = c.rl.publish(ctx, ev)

@@ -47,6 +47,17 @@ func startCluster(t testing.TB, n int, tune func(*coordinator.Config)) *cluster 
 
 func (cl *cluster) url(path string) string { return cl.up.URL() + path }
 
+// checkPushOnly fails the test if any follower was woken by its lease
+// timer instead of a push.
+func (cl *cluster) checkPushOnly(t testing.TB) {
+	t.Helper()
+	for i, in := range cl.instances {
+		if n := in.Coordinator.TimerWakeups(); n != 0 {
+			t.Fatalf("instance %d: %d followers woken by the lease timer; want every wakeup pushed", i, n)
+		}
+	}
+}
+
 // countPerCall turns off retries and the breaker, for tests that count the
 // upstream requests each call makes.
 func countPerCall(c *coordinator.Config) {
@@ -147,6 +158,7 @@ func TestStampedeAcrossInstances(t *testing.T) {
 	if fetched != 1 {
 		t.Fatalf("instances started %d upstream fetches; want 1", fetched)
 	}
+	cl.checkPushOnly(t)
 	// One instance's flight fetched (its callers see UPSTREAM); the other
 	// two were pushed the result through Redis (L2).
 	if sources[coorddv1.Source_SOURCE_UPSTREAM] != callers/3 || sources[coorddv1.Source_SOURCE_L2] != 2*callers/3 {

@@ -279,6 +279,9 @@ func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 func TestStartsWithRedisDown(t *testing.T) {
 	cl := startCluster(t, 1, fastRedis)
 	cl.redis.Kill()
+	// The running instance notices (its subscription breaks) before Redis
+	// returns, so that it is not still degraded during the burst below.
+	waitFor(t, 10*time.Second, func() bool { return !cl.instances[0].Coordinator.RedisHealthy() })
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
 	fastRedis(&cfg)
 	in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
@@ -303,5 +306,38 @@ func TestStartsWithRedisDown(t *testing.T) {
 	checkAll(t, out, cl.up.Body("/late"))
 	if got := cl.up.Count("/late"); got != 1 {
 		t.Fatalf("upstream requests = %d; want 1 once Redis is back", got)
+	}
+}
+
+// TestLeaderStoppedHandsOff: an instance stopped (SIGTERM) while it leads a
+// fetch releases its lock and tells the followers on other instances, who
+// take over at once instead of waiting for the lease to run out.
+func TestLeaderStoppedHandsOff(t *testing.T) {
+	cl := startCluster(t, 2, nil) // LockTTL 10s: a timer wakeup would show
+	release := make(chan struct{})
+	defer close(release)
+	cl.up.SetSequence("/deploy", []fakeupstream.Behavior{{Block: release}, {}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	go func() { _, _ = coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")}) }()
+	if err := cl.up.WaitCount(ctx, "/deploy", 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")})
+		got <- outcome{doc: d, err: err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the follower waits on instance 0
+	cl.instances[0].Coordinator.Close()
+	o := <-got
+	if o.err != nil || !bytes.Equal(o.doc.Body, cl.up.Body("/deploy")) {
+		t.Fatalf("follower: %v", o.err)
+	}
+	if n := cl.instances[1].Coordinator.TimerWakeups(); n != 0 {
+		t.Fatalf("the follower waited for the lease (%d timer wakeups); want it told at once", n)
+	}
+	if got := cl.up.Count("/deploy"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2", got)
 	}
 }
