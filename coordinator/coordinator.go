@@ -359,7 +359,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 				// slot; this flight's callers may: queue for one ourselves.
 				return nil, nil, true
 			}
-			return stale, errorFromKind(ev.Kind, ev.Msg), false
+			return stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
 		default: // release, reset, inval
 			return nil, nil, true
 		}
@@ -410,7 +410,7 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		return stale, ErrClosed
 	}
 	c.log.Warn("upstream fetch failed", "upstream", up.Name, "url", f.t.URL, "err", err, "stale", stale != nil)
-	c.handOff(l, event{Type: evFail, Key: key, Kind: errorKind(err), Msg: err.Error()})
+	c.handOff(l, event{Type: evFail, Key: key, Kind: errorKind(err), Msg: err.Error(), Wait: retryAfterOf(err).Milliseconds()})
 	return stale, err
 }
 

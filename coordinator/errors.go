@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors returned by the Coordinator. Errors carry detail through
@@ -64,4 +65,32 @@ func errorFromKind(kind, msg string) error {
 		return base
 	}
 	return fmt.Errorf("%w (from leader: %s)", base, msg)
+}
+
+// RetryAfterError wraps an error with how long the caller should wait
+// before asking again: until the breaker turns half-open, or until the next
+// rate-limit slot. The server passes it on as a RetryInfo status detail.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// withRetryAfter wraps err with a wait, if positive.
+func withRetryAfter(err error, after time.Duration) error {
+	if after <= 0 {
+		return err
+	}
+	return &RetryAfterError{Err: err, After: after}
+}
+
+// retryAfterOf returns the wait err carries, or 0.
+func retryAfterOf(err error) time.Duration {
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return ra.After
+	}
+	return 0
 }

@@ -28,6 +28,7 @@ type event struct {
 	Result string `json:"r,omitempty"`
 	Kind   string `json:"e,omitempty"`
 	Msg    string `json:"m,omitempty"`
+	Wait   int64  `json:"w,omitempty"` // fail: retry-after in ms
 }
 
 func (e event) encode() []byte {

@@ -272,11 +272,11 @@ func (p *protected) admit(ctx context.Context, report func(Progress)) (admission
 	switch a.verdict {
 	case verdictOpen:
 		report(Progress{Stage: StageBreakerOpen, Wait: a.wait, Detail: "circuit breaker open: not calling " + p.up.Name})
-		return a, fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name)
+		return a, withRetryAfter(fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name), a.wait)
 	case verdictOverLimit:
 		report(Progress{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
-		return a, fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
-			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond))
+		return a, withRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
+			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
 	}
 	if a.wait > 0 {
 		detail := "waiting for a rate-limit slot"

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -319,6 +320,15 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 	_, err := coorddtest.Get(ctx, b.Dial(t), &coorddv1.GetOrFetchRequest{Url: next()})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("open breaker over gRPC: %v; want UNAVAILABLE", err)
+	}
+	var retryIn time.Duration
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retryIn = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	if retryIn <= 0 || retryIn > openFor {
+		t.Errorf("open breaker over gRPC: RetryInfo delay %v; want the time until half-open, in (0, %v]", retryIn, openFor)
 	}
 	if got := u.Total(); got != 3 {
 		t.Fatalf("upstream requests = %d; want 3 (none while open)", got)

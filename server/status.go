@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/coordinator"
 )
@@ -37,5 +39,14 @@ func toStatus(err error) error {
 	default:
 		c = codes.Internal
 	}
-	return status.Error(c, err.Error())
+	st := status.New(c, err.Error())
+	var ra *coordinator.RetryAfterError
+	if errors.As(err, &ra) {
+		// Tell the client when asking again is worth it (breaker half-open,
+		// next rate-limit slot), as Google's APIs do.
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ra.After)}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }

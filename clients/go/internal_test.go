@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestNormalizeTarget(t *testing.T) {
@@ -123,5 +126,22 @@ func TestRetryPolicyValidate(t *testing.T) {
 				t.Errorf("validate() = %v; want ok %v", err, tt.ok)
 			}
 		})
+	}
+}
+
+func TestRetryDelayFromRetryInfo(t *testing.T) {
+	st, err := status.New(codes.Unavailable, "breaker open").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(300 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := retryDelay(st.Err()); got != 300*time.Millisecond {
+		t.Fatalf("retryDelay = %v; want 300ms", got)
+	}
+	if got := retryDelay(status.Error(codes.Unavailable, "x")); got != 0 {
+		t.Fatalf("retryDelay without details = %v; want 0", got)
+	}
+	huge, _ := status.New(codes.Unavailable, "x").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Hour)})
+	if got := retryDelay(huge.Err()); got != maxRetryDelay {
+		t.Fatalf("retryDelay = %v; want the %v cap", got, maxRetryDelay)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -130,7 +131,7 @@ func (c *Client) do(ctx context.Context, attempt func(context.Context) error) er
 		if !c.bucket.failure() || n >= c.retry.MaxAttempts {
 			return err
 		}
-		wait := c.retry.backoff(n)
+		wait := max(c.retry.backoff(n), retryDelay(err))
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
 			return err
 		}
@@ -142,6 +143,21 @@ func (c *Client) do(ctx context.Context, attempt func(context.Context) error) er
 			return err
 		}
 	}
+}
+
+// maxRetryDelay caps the wait a server's RetryInfo can impose.
+const maxRetryDelay = time.Minute
+
+// retryDelay is the wait the server asked for in a RetryInfo detail (its
+// breaker turns half-open then, or its rate limit has a slot), or 0. The
+// full-jitter backoff never retries sooner than that.
+func retryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return min(ri.GetRetryDelay().AsDuration(), maxRetryDelay)
+		}
+	}
+	return 0
 }
 
 // throttle is the retry-throttling token bucket of gRFC A6. Hand-rolled
