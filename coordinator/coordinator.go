@@ -305,6 +305,10 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		}
 		w := r.hub.register(key)
 		l, ok, err := r.tryLock(c.ctx, key, c.cfg.LockTTL)
+		if ok {
+			r.hub.unregister(w)
+			return c.lead(f, l, stale)
+		}
 		if err != nil || !r.healthy() {
 			// Fail open: this flight is the only fetch in this instance.
 			r.hub.unregister(w)
@@ -313,10 +317,6 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 				f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 			}
 			return c.lead(f, nil, stale)
-		}
-		if ok {
-			r.hub.unregister(w)
-			return c.lead(f, l, stale)
 		}
 		res, err, again := c.follow(f, w, stale)
 		r.hub.unregister(w)
