@@ -118,7 +118,7 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		r.hub.run(c.ctx, max(time.Second, 4*r.timeout), r.markDown)
+		r.hub.run(c.ctx, max(time.Second, 4*r.timeout), r.verify)
 	}()
 	select {
 	case <-ready:

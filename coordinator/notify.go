@@ -122,7 +122,8 @@ func (h *hub) resetAll() {
 
 // run keeps the subscription alive until ctx ends. go-redis reconnects and
 // resubscribes a broken PubSub on the next Receive; each confirmation is
-// followed by resetAll. A ping every interval detects a frozen Redis.
+// followed by resetAll. A ping every interval detects a frozen Redis. When
+// the subscription breaks, every waiter re-checks and onBroken is called.
 func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(error)) {
 	var psMu sync.Mutex // protects ps, which Close of ctx must be able to interrupt
 	ps := h.rdb.Subscribe(ctx, h.channel)

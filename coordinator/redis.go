@@ -74,6 +74,14 @@ func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error)
 	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 }
 
+// verify pings Redis after the subscription broke: a dead or frozen Redis
+// is marked down at once, even with no request in flight to notice it,
+// while a subscription that alone was cut (a proxy, CLIENT KILL) degrades
+// nothing: the hub resubscribes and every waiter re-checks.
+func (r *redisLayer) verify(error) {
+	_ = r.op(r.ctx, func(ctx context.Context) error { return r.rdb.Ping(ctx).Err() })
+}
+
 func (r *redisLayer) markDown(err error) {
 	if r.up.CompareAndSwap(true, false) {
 		r.log.Warn("redis unavailable; serving from L1 and coordinating in-process", "err", err)

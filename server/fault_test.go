@@ -341,3 +341,35 @@ func TestLeaderStoppedHandsOff(t *testing.T) {
 		t.Fatalf("upstream requests = %d; want 2", got)
 	}
 }
+
+// TestSubscriptionCut: cutting only the pub/sub connections (a proxy
+// dropping them, CLIENT KILL) while followers wait loses no wakeup and
+// degrades nothing: still one fetch, every follower pushed.
+func TestSubscriptionCut(t *testing.T) {
+	cl := startCluster(t, 3, nil)
+	release := make(chan struct{})
+	cl.up.Set("/cut", fakeupstream.Behavior{Block: release})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rdb := cl.redis.Client(t)
+	go func() {
+		_ = cl.up.WaitCount(ctx, "/cut", 1)
+		time.Sleep(100 * time.Millisecond)
+		if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+			t.Errorf("CLIENT KILL: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(release)
+	}()
+	out := cl.burst(t, ctx, 150, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/cut")} })
+	checkAll(t, out, cl.up.Body("/cut"))
+	if got := cl.up.Count("/cut"); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+	for i, in := range cl.instances {
+		if !in.Coordinator.RedisHealthy() {
+			t.Fatalf("instance %d degraded by a cut subscription", i)
+		}
+	}
+	cl.checkPushOnly(t)
+}
