@@ -204,3 +204,30 @@ func TestStaleRefreshedByOneInstance(t *testing.T) {
 		t.Fatalf("upstream requests = %d after the refresh; want still 2", got)
 	}
 }
+
+// TestStuckReaderBlocksNoOne: callers that open a stream for a large
+// document and never read it hold only their own stream; everyone else
+// gets the document.
+func TestStuckReaderBlocksNoOne(t *testing.T) {
+	cl := startCluster(t, 1, nil)
+	const size = 2 << 20 // well over the stream flow-control windows
+	cl.up.Set("/big", fakeupstream.Behavior{Size: size})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stuckCtx, unstick := context.WithCancel(ctx)
+	for range 5 {
+		st, err := cl.clients[0].GetOrFetch(stuckCtx, &coorddv1.GetOrFetchRequest{Url: cl.url("/big")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil { // read one message, then stall
+			t.Fatal(err)
+		}
+	}
+	out := cl.burst(t, ctx, 20, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/big")} })
+	checkAll(t, out, fakeupstream.SizedBody("/big", size))
+	unstick()
+	if got := cl.up.Count("/big"); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
