@@ -163,6 +163,10 @@ type GetOptions struct {
 	// NoStale refuses stale copies: the call waits for a fresh document,
 	// or fails.
 	NoStale bool
+	// MaxAge, when positive, is the oldest copy the call accepts: a copy
+	// fetched from the upstream more than MaxAge before the call is not
+	// served to it, fresh or stale; the call waits for a newer one.
+	MaxAge time.Duration
 	// Progress, when set, receives progress events, from the calling
 	// goroutine only.
 	Progress func(Progress)
@@ -182,23 +186,42 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 		report = func(Progress) {}
 	}
 	now := c.cfg.Now()
+	var notBefore time.Time // copies fetched before it are too old for this call
+	if opt.MaxAge > 0 {
+		notBefore = now.Add(-opt.MaxAge)
+	}
+	recent := func(d *Document) bool { return !d.FetchedAt.Before(notBefore) }
 	var seed *Document
 	if d := c.l1.Get(t.Key); d != nil && d.Usable(now) {
-		if d.Fresh(now) {
+		if d.Fresh(now) && recent(d) {
 			report(Progress{Role: RoleHit})
 			return &Result{Doc: d, Source: SourceL1}, nil
 		}
 		seed = d
-		if !opt.NoStale {
-			c.join(context.Background(), t, seed) // revalidate in the background
+		if !opt.NoStale && recent(d) {
+			c.join(context.Background(), t, seed, time.Time{}) // revalidate in the background
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return &Result{Doc: d, Source: SourceL1, Stale: true}, nil
 		}
 	}
-	f, created := c.join(ctx, t, seed)
-	if !created {
-		report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
+	for {
+		f, created := c.join(ctx, t, seed, notBefore)
+		if !created {
+			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
+		}
+		res, err, again := c.wait(ctx, f, opt.NoStale, recent, report)
+		if !again {
+			return res, err
+		}
+		// The flight found a copy too old for this call before the call
+		// raised its requirement: the next flight fetches a newer one.
+		seed = nil
 	}
+}
+
+// wait waits for f on behalf of one caller. again asks the caller to join
+// a new flight, because f's copy is older than the caller accepts.
+func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*Document) bool, report func(Progress)) (res *Result, err error, again bool) {
 	seen := 0
 	for {
 		s := f.snapshot(seen)
@@ -207,37 +230,41 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 			report(p)
 		}
 		if s.done {
-			if s.err == nil {
-				return s.res, nil
-			}
-			if s.res != nil && !opt.NoStale {
+			switch {
+			case s.err == nil && recent(s.res.Doc):
+				return s.res, nil, false
+			case s.err == nil:
+				return nil, nil, true
+			case s.res != nil && !noStale && recent(s.res.Doc):
 				report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-if-error: " + s.err.Error()})
-				return s.res, nil
+				return s.res, nil, false
 			}
-			return nil, s.err
+			return nil, s.err, false
 		}
-		if s.stale != nil && !opt.NoStale {
+		if s.stale != nil && !noStale && recent(s.stale.Doc) {
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
-			return s.stale, nil
+			return s.stale, nil, false
 		}
 		select {
 		case <-s.next:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, ctx.Err(), false
 		}
 	}
 }
 
 // join returns t's flight, starting one if none runs. ctx is the joining
 // caller's, whose deadline bounds the flight's rate-limit waits.
-func (c *Coordinator) join(ctx context.Context, t Target, seed *Document) (f *flight, created bool) {
+func (c *Coordinator) join(ctx context.Context, t Target, seed *Document, notBefore time.Time) (f *flight, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f = c.flights[t.Key]; f != nil {
 		f.deadlines.add(ctx)
+		f.require(notBefore)
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.require(notBefore)
 	f.deadlines.add(ctx)
 	c.flights[t.Key] = f
 	c.wg.Add(1)
@@ -276,7 +303,8 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 	key := f.t.Key
 	var stale *Result
 	if f.seed != nil {
-		stale = &Result{Doc: f.seed, Source: SourceL1, Stale: true}
+		// Usually stale; fresh when a caller's max_age refused it.
+		stale = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
 	r := c.rl
 	if r != nil {
@@ -284,11 +312,11 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		now := c.cfg.Now()
 		if d != nil && d.Usable(now) {
 			c.l1.Set(d)
-			if d.Fresh(now) {
+			if d.Fresh(now) && f.recent(d) {
 				return &Result{Doc: d, Source: SourceL2}, nil
 			}
 			if stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt) {
-				stale = &Result{Doc: d, Source: SourceL2, Stale: true}
+				stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
 			}
 		}
 	}
@@ -333,7 +361,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 	r := c.rl
 	key := f.t.Key
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) {
+	if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.l1.Set(d)
 		return &Result{Doc: d, Source: SourceL2}, nil, false
 	}
@@ -379,7 +407,7 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 	if l != nil {
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
-		if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) {
+		if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
 			c.l1.Set(d)
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}

@@ -1,6 +1,9 @@
 package coordinator
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // flight is the one fill of one key in this instance. Every concurrent
 // caller of the key joins it; only the flight touches Redis and the
@@ -12,13 +15,14 @@ type flight struct {
 	// deadlines bounds the fetch's rate-limit waits by its callers'.
 	deadlines callerDeadlines
 
-	mu      sync.Mutex    // protects the fields below
-	events  []Progress    // flight-wide progress, replayed to each caller
-	changed chan struct{} // closed and replaced whenever the fields below change
-	stale   *Result       // usable stale copy, served at once to callers that accept stale
-	done    bool
-	res     *Result // on success; or the stale copy when err != nil
-	err     error
+	mu        sync.Mutex    // protects the fields below
+	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age
+	events    []Progress    // flight-wide progress, replayed to each caller
+	changed   chan struct{} // closed and replaced whenever the fields below change
+	stale     *Result       // usable stale copy, served at once to callers that accept stale
+	done      bool
+	res       *Result // on success; or the stale copy when err != nil
+	err       error
 }
 
 func newFlight(t Target, seed *Document) *flight {
@@ -72,4 +76,24 @@ func (f *flight) snapshot(seen int) snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return snapshot{events: f.events[seen:len(f.events):len(f.events)], stale: f.stale, done: f.done, res: f.res, err: f.err, next: f.changed}
+}
+
+// require raises the oldest FetchedAt a cached copy may have for the
+// flight to accept it instead of fetching. A copy the flight accepted
+// before the raise may still be too old for the caller, who then joins a
+// new flight.
+func (f *flight) require(notBefore time.Time) {
+	f.mu.Lock()
+	if notBefore.After(f.notBefore) {
+		f.notBefore = notBefore
+	}
+	f.mu.Unlock()
+}
+
+// recent reports whether d was fetched recently enough for every caller
+// of the flight so far.
+func (f *flight) recent(d *Document) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !d.FetchedAt.Before(f.notBefore)
 }

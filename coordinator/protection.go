@@ -321,12 +321,12 @@ func (p *protected) record(ctx context.Context, a admission, o outcome, backoff 
 // caller waiting for it has a deadline, or its context has one.
 func (p *protected) bound(ctx context.Context) time.Duration {
 	b := p.up.Protection.MaxWait
-	now := p.now()
+	// Deadlines are wall-clock times, whatever clock the guard keeps.
 	if dl, ok := ctx.Deadline(); ok {
-		b = min(b, dl.Sub(now))
+		b = min(b, time.Until(dl))
 	}
 	if dl, ok := callerDeadline(ctx); ok {
-		b = min(b, dl.Sub(now))
+		b = min(b, time.Until(dl))
 	}
 	return max(b, 0)
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
@@ -229,5 +230,58 @@ func TestStuckReaderBlocksNoOne(t *testing.T) {
 	unstick()
 	if got := cl.up.Count("/big"); got != 1 {
 		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+// TestMaxAge: a caller's max_age refuses older copies, fresh or stale, in
+// L1 and L2; the newer copy is fetched once for everyone who needs it.
+func TestMaxAge(t *testing.T) {
+	clk := &clock{}
+	clk.ns.Store(time.Now().UnixNano())
+	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = 10 * time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	get := func(i int, maxAge time.Duration) *coorddtest.Doc {
+		t.Helper()
+		req := &coorddv1.GetOrFetchRequest{Url: cl.url("/age")}
+		if maxAge > 0 {
+			req.MaxAge = durationpb.New(maxAge)
+		}
+		d, err := coorddtest.Get(ctx, cl.clients[i], req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	get(0, 0)
+	clk.Advance(5 * time.Minute) // fresh for 5 more minutes, but 5 minutes old
+	if d := get(0, 10*time.Minute); d.Meta.GetSource() != coorddv1.Source_SOURCE_L1 {
+		t.Fatalf("max_age 10m: source %v; want the L1 copy", d.Meta.GetSource())
+	}
+	// Concurrent callers on both instances that want at most 1 minute:
+	// one new fetch, shared.
+	out := cl.burst(t, ctx, 60, func(int) *coorddv1.GetOrFetchRequest {
+		return &coorddv1.GetOrFetchRequest{Url: cl.url("/age"), MaxAge: durationpb.New(time.Minute)}
+	})
+	for i, o := range out {
+		if o.err != nil {
+			t.Fatalf("caller %d: %v", i, o.err)
+		}
+		if age := o.doc.Meta.GetAge().AsDuration(); age > time.Minute {
+			t.Fatalf("caller %d: age %v; want at most 1m", i, age)
+		}
+	}
+	if got := cl.up.Count("/age"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2 (the first fill, one refetch for max_age)", got)
+	}
+	// The newer copy now serves everyone, from either tier.
+	if d := get(1, time.Minute); d.Meta.GetSource() == coorddv1.Source_SOURCE_UPSTREAM {
+		t.Fatal("refetched a copy that is recent enough")
+	}
+	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/age"), MaxAge: durationpb.New(-time.Second)}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("negative max_age: %v; want INVALID_ARGUMENT", err)
+	}
+	if got := cl.up.Count("/age"); got != 2 {
+		t.Fatalf("upstream requests = %d; want still 2", got)
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -133,9 +135,17 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	if err != nil {
 		return toStatus(err)
 	}
+	var maxAge time.Duration
+	if req.GetMaxAge() != nil {
+		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
+			return status.Errorf(codes.InvalidArgument, "max_age %v must be a valid, non-negative duration", req.GetMaxAge().AsDuration())
+		}
+		maxAge = req.GetMaxAge().AsDuration()
+	}
 	ctx := stream.Context()
 	res, err := s.c.Get(ctx, t, coordinator.GetOptions{
 		NoStale: req.GetNoStale(),
+		MaxAge:  maxAge,
 		Progress: func(p coordinator.Progress) {
 			// A failed send means the caller is gone; ctx ends and Get returns.
 			_ = stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(p)}})

@@ -189,6 +189,7 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	key      string
 	noStale  bool
+	maxAge   time.Duration
 	progress func(*coorddv1.Progress)
 }
 
@@ -202,6 +203,13 @@ func WithKey(key string) CallOption {
 // instead of being served stale-while-revalidate or stale-if-error.
 func NoStale() CallOption {
 	return func(o *callOptions) { o.noStale = true }
+}
+
+// MaxAge makes Get refuse copies fetched from the upstream more than d
+// before the call, fresh or stale: coordd fetches a newer one (once, shared
+// with every other caller who needs it).
+func MaxAge(d time.Duration) CallOption {
+	return func(o *callOptions) { o.maxAge = d }
 }
 
 // WithProgress makes Get call f with every progress event as it arrives,

@@ -239,6 +239,13 @@ func TestGetReassemblesStream(t *testing.T) {
 	if err != nil || res.GetKey() != "custom-key" {
 		t.Errorf("Invalidate = %v, %v; want key custom-key", res, err)
 	}
+
+	// MaxAge reaches coordd: a copy older than it is fetched anew.
+	time.Sleep(5 * time.Millisecond)
+	doc, err = c.Get(context.Background(), up.URL()+"/big", coordd.MaxAge(time.Millisecond))
+	if err != nil || doc.Metadata.GetSource() != coorddv1.Source_SOURCE_UPSTREAM || up.Count("/big") != 2 {
+		t.Errorf("MaxAge(1ms): %v, source %v, %d upstream requests; want a second fetch", err, doc.GetMetadata().GetSource(), up.Count("/big"))
+	}
 }
 
 func TestRetries(t *testing.T) {

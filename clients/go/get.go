@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 )
 
@@ -42,6 +44,9 @@ func (c *Client) Get(ctx context.Context, url string, opts ...CallOption) (*Docu
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
 	req := &coorddv1.GetOrFetchRequest{Url: url, Key: co.key, NoStale: co.noStale}
+	if co.maxAge > 0 {
+		req.MaxAge = durationpb.New(co.maxAge)
+	}
 	var doc *Document
 	err := c.do(ctx, func(ctx context.Context) error {
 		d, err := c.getOnce(ctx, req, co.progress)
@@ -135,4 +140,12 @@ func wrapCall(method, url string, err error) error {
 		return err
 	}
 	return fmt.Errorf("coordd: %s %q: %w", method, url, err)
+}
+
+// GetMetadata returns d's metadata; nil-safe.
+func (d *Document) GetMetadata() *coorddv1.Metadata {
+	if d == nil {
+		return nil
+	}
+	return d.Metadata
 }

@@ -223,7 +223,12 @@ type GetOrFetchRequest struct {
 	// no_stale refuses stale copies: the caller waits for a fresh document
 	// (or gets the error) instead of being served stale-while-revalidate or
 	// stale-if-error.
-	NoStale       bool `protobuf:"varint,3,opt,name=no_stale,json=noStale,proto3" json:"no_stale,omitempty"`
+	NoStale bool `protobuf:"varint,3,opt,name=no_stale,json=noStale,proto3" json:"no_stale,omitempty"`
+	// max_age, when set, is the oldest copy the caller accepts: a cached copy
+	// fetched from the upstream longer than max_age before the call is not
+	// served to it, fresh or stale; the call waits for a newer one (one
+	// fetch, shared as always) or fails. Negative is INVALID_ARGUMENT.
+	MaxAge        *durationpb.Duration `protobuf:"bytes,4,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +282,13 @@ func (x *GetOrFetchRequest) GetNoStale() bool {
 		return x.NoStale
 	}
 	return false
+}
+
+func (x *GetOrFetchRequest) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
 }
 
 // GetOrFetchResponse is one event of a GetOrFetch stream.
@@ -761,11 +773,12 @@ var File_coordd_v1_coordd_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"R\n" +
+	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\x86\x01\n" +
 	"\x11GetOrFetchRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x19\n" +
-	"\bno_stale\x18\x03 \x01(\bR\anoStale\"\xad\x01\n" +
+	"\bno_stale\x18\x03 \x01(\bR\anoStale\x122\n" +
+	"\amax_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\"\xad\x01\n" +
 	"\x12GetOrFetchResponse\x121\n" +
 	"\bprogress\x18\x01 \x01(\v2\x13.coordd.v1.ProgressH\x00R\bprogress\x121\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x13.coordd.v1.MetadataH\x00R\bmetadata\x12(\n" +
@@ -853,24 +866,25 @@ var file_coordd_v1_coordd_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
 }
 var file_coordd_v1_coordd_proto_depIdxs = []int32{
-	5,  // 0: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
-	6,  // 1: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
-	7,  // 2: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
-	0,  // 3: coordd.v1.Progress.role:type_name -> coordd.v1.Role
-	1,  // 4: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
-	10, // 5: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
-	2,  // 6: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
-	10, // 7: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
-	10, // 8: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
-	3,  // 9: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
-	8,  // 10: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
-	4,  // 11: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
-	9,  // 12: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 0: coordd.v1.GetOrFetchRequest.max_age:type_name -> google.protobuf.Duration
+	5,  // 1: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
+	6,  // 2: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
+	7,  // 3: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
+	0,  // 4: coordd.v1.Progress.role:type_name -> coordd.v1.Role
+	1,  // 5: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
+	10, // 6: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
+	2,  // 7: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
+	10, // 8: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
+	10, // 9: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
+	3,  // 10: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
+	8,  // 11: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
+	4,  // 12: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
+	9,  // 13: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_coordd_proto_init() }
