@@ -10,6 +10,14 @@ import { Code, ConnectError, createClient, type CallOptions, type Client } from 
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 import { CoordinatorService, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
+
+/** durationFromMs converts milliseconds to a google.protobuf.Duration. */
+function durationFromMs(ms: number): Duration {
+  const whole = Math.floor(ms / 1000);
+  return create(DurationSchema, { seconds: BigInt(whole), nanos: Math.round((ms - whole * 1000) * 1e6) });
+}
 
 export { Code, ConnectError };
 export * from "./gen/coordd/v1/coordd_pb.js";
@@ -82,6 +90,9 @@ export interface GetOptions {
   key?: string;
   /** noStale refuses stale copies. */
   noStale?: boolean;
+  /** maxAgeMs refuses copies fetched longer ago than this many
+   * milliseconds, fresh or stale: coordd fetches a newer one. */
+  maxAgeMs?: number;
   /** signal cancels the call, backoff included; the call then rejects
    * with Canceled. */
   signal?: AbortSignal;
@@ -161,7 +172,12 @@ export class CoorddClient {
     const timeoutMs = deadline === Infinity ? undefined : Math.max(1, deadline - Date.now());
     try {
       const stream = this.rpc.getOrFetch(
-        { url, key: opts.key ?? "", noStale: opts.noStale ?? false },
+        {
+          url,
+          key: opts.key ?? "",
+          noStale: opts.noStale ?? false,
+          maxAge: opts.maxAgeMs === undefined ? undefined : durationFromMs(opts.maxAgeMs),
+        },
         { signal: opts.signal, timeoutMs, headers: opts.headers },
       );
       for await (const res of stream) {

@@ -68,6 +68,12 @@ describe("CoorddClient.get", () => {
     assert.ok(again.progress.every((p) => p.role === Role.HIT), "a cache hit reported another role");
     assert.deepEqual(again.body, doc.body);
     assert.equal(mdn.requests("/en-US/docs/Client/Page/index.json"), 1);
+
+    // maxAgeMs refuses the cached copy once it is older than that.
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const newer = await client.get(url, { maxAgeMs: 1 });
+    assert.equal(newer.metadata.source, Source.UPSTREAM);
+    assert.equal(mdn.requests("/en-US/docs/Client/Page/index.json"), 2);
   });
 
   test("a 404 is a document, not an error", async () => {
