@@ -87,4 +87,4 @@ bench: deps
 
 # soak repeats the concurrency and fault tests many times under -race.
 soak: deps
-	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|SingleNode' ./server/
+	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|Leader|Subscription|ManyKeys|Watchdog|StaleRefreshed|MaxAge|SingleNode|RateLimit|Breaker' ./server/ ./coordinator/
