@@ -62,7 +62,16 @@ func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
 	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		// Successful calls are the hot path: debug, not info.
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			if c == codes.OK {
+				return logging.LevelDebug
+			}
+			return logging.DefaultServerCodeToLevel(c)
+		}),
+	}
 	recoverOpt := recovery.WithRecoveryHandler(func(p any) error {
 		s.log.Error("handler panicked", "panic", p)
 		return toStatus(coordinator.ErrUnavailable)
