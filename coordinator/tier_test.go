@@ -1,0 +1,42 @@
+package coordinator
+
+import (
+	"bytes"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestL1SharesTheFlightsBuffer: while a Document is alive, L1 hits return
+// that very Document (and body), not a copy out of bigcache; once it is
+// collected, a hit decodes a copy and shares that from then on.
+func TestL1SharesTheFlightsBuffer(t *testing.T) {
+	l1, err := newL1(16<<20, 1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l1.Close()
+	now := time.Now()
+	d := &Document{Key: "k", StatusCode: 200, FetchedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour), Body: bytes.Repeat([]byte("x"), 100<<10)}
+	l1.Set(d)
+	if got := l1.Get("k"); got != d || &got.Body[0] != &d.Body[0] {
+		t.Fatal("hit while the document is alive returned a copy")
+	}
+	body := append([]byte(nil), d.Body...)
+	runtime.KeepAlive(d)
+	d = nil
+	for range 5 {
+		runtime.GC()
+	}
+	a := l1.Get("k")
+	if a == nil || !bytes.Equal(a.Body, body) {
+		t.Fatal("hit after collection lost the document")
+	}
+	if b := l1.Get("k"); b != a {
+		t.Fatal("second hit decoded another copy; want the first one shared")
+	}
+	l1.Delete("k")
+	if l1.Get("k") != nil {
+		t.Fatal("hit after Delete")
+	}
+}
