@@ -155,6 +155,10 @@ func (c *Coordinator) UpstreamRequests() int64 { return c.upstreamRequests.Load(
 // every wakeup is a push.
 func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
 
+// Now is the Coordinator's clock (Config.Now), by which documents' ages
+// and lifetimes are measured.
+func (c *Coordinator) Now() time.Time { return c.cfg.Now() }
+
 // RedisHealthy reports whether Redis is configured and believed up.
 func (c *Coordinator) RedisHealthy() bool { return c.rl != nil && c.rl.healthy() }
 

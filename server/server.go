@@ -164,7 +164,7 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		return toStatus(err)
 	}
 	d := res.Doc
-	now := time.Now()
+	now := s.c.Now()
 	md := &coorddv1.Metadata{
 		Source:       sourcePB(res.Source),
 		Stale:        res.Stale,
