@@ -74,7 +74,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if fc.Listen == "" {
 		fc.Listen = "127.0.0.1:50051"
 	}
-	if fc.ShutdownGrace == 0 {
+	switch {
+	case fc.ShutdownGrace < 0:
+		return fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
+	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
 	}
 	var level slog.Level

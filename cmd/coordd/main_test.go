@@ -61,6 +61,9 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad redis url", "redis: \"mysql://x\"\n", "redis", nil},
 		{"bad upstream flag", "", "--upstream", []string{"--upstream", "nobase"}},
 		{"bad log level", "log_level: loud\n", "log_level", nil},
+		{"negative grace", "shutdown_grace: -1s\n", "shutdown_grace", nil},
+		{"negative redis timeout", "redis_timeout: -1s\n", "redis_timeout", nil},
+		{"tiny lock ttl", "lock_ttl: 1ms\n", "lock_ttl", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
