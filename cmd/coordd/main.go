@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -85,6 +86,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return fmt.Errorf("config: log_level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	// go-redis logs through a global logger of its own; route it into ours,
+	// at debug: coordd already logs Redis going down and coming back. Once:
+	// the global is not safe to replace while clients run.
+	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log.With("component", "go-redis")}) })
 
 	cfg, err := fc.coordinatorConfig()
 	if err != nil {
@@ -169,4 +175,13 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+var setRedisLogger sync.Once
+
+// redisLogger adapts slog to go-redis's logger interface.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }
