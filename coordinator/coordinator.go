@@ -312,10 +312,10 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 	}
 	r := c.rl
 	if r != nil {
-		d, _ := r.getDoc(c.ctx, key)
+		d, enc := r.getDoc(c.ctx, key)
 		now := c.cfg.Now()
 		if d != nil && d.Usable(now) {
-			c.l1.Set(d)
+			c.l1.Set(d, enc)
 			if d.Fresh(now) && f.recent(d) {
 				return &Result{Doc: d, Source: SourceL2}, nil
 			}
@@ -365,8 +365,8 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 	r := c.rl
 	key := f.t.Key
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
-		c.l1.Set(d)
+	if d, enc := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
+		c.l1.Set(d, enc)
 		return &Result{Doc: d, Source: SourceL2}, nil, false
 	}
 	// The lease outlives a dead holder by at most LockTTL; jitter spreads
@@ -377,12 +377,12 @@ func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, 
 	case ev := <-w.ch:
 		switch ev.Type {
 		case evDone:
-			d, _ := r.getRaw(c.ctx, ev.Result, key)
+			d, enc := r.getRaw(c.ctx, ev.Result, key)
 			if d == nil {
 				return nil, nil, true
 			}
 			if ev.Result == r.docKey(key) {
-				c.l1.Set(d)
+				c.l1.Set(d, enc)
 			}
 			return &Result{Doc: d, Source: SourceL2}, nil, false
 		case evFail:
@@ -411,8 +411,8 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 	if l != nil {
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
-		if d, _ := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
-			c.l1.Set(d)
+		if d, enc := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
+			c.l1.Set(d, enc)
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}
 	}
@@ -488,8 +488,9 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 // land stores d in L1 and L2 (or, if uncacheable, in a short-lived result
 // key for followers) and then wakes the followers.
 func (c *Coordinator) land(l *lease, d *Document, cache bool) {
+	enc := d.encode() // once, for L1 and L2
 	if cache {
-		c.l1.Set(d)
+		c.l1.Set(d, enc)
 	}
 	r := c.rl
 	if r == nil || !r.healthy() {
@@ -498,10 +499,10 @@ func (c *Coordinator) land(l *lease, d *Document, cache bool) {
 	rkey := r.docKey(d.Key)
 	var err error
 	if cache {
-		err = r.setDoc(c.ctx, d, c.cfg.Now())
+		err = r.setDoc(c.ctx, d, enc, c.cfg.Now())
 	} else {
 		rkey = r.prefix + "result:" + d.Key + ":" + newToken()
-		err = r.setRaw(c.ctx, rkey, d, c.cfg.ResultTTL)
+		err = r.setRaw(c.ctx, rkey, enc, c.cfg.ResultTTL)
 	}
 	if err != nil {
 		c.handOff(l, event{Type: evRelease, Key: d.Key})

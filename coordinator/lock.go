@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,7 +26,6 @@ type lease struct {
 	key   string // Redis key of the lock
 	token string
 	ttl   time.Duration
-	lost  atomic.Bool // another holder may have taken over
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -72,7 +70,6 @@ func (l *lease) watchdog() {
 			return err
 		})
 		if err == nil && n == 0 {
-			l.lost.Store(true)
 			l.r.log.Warn("fill lock lost before the fetch ended", "lock", l.key)
 			return
 		}

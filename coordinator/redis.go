@@ -123,42 +123,40 @@ func (r *redisLayer) probe() {
 	}
 }
 
-// getDoc reads key's Document from L2; nil when absent or undecodable.
-func (r *redisLayer) getDoc(ctx context.Context, key string) (*Document, error) {
+// getDoc reads key's Document from L2, with the encoding it was read
+// from (for L1, so that the body is not encoded again); nil when absent,
+// undecodable or unreadable (a failure marks Redis down).
+func (r *redisLayer) getDoc(ctx context.Context, key string) (*Document, []byte) {
 	return r.getRaw(ctx, r.docKey(key), key)
 }
 
-func (r *redisLayer) getRaw(ctx context.Context, rkey, key string) (*Document, error) {
+func (r *redisLayer) getRaw(ctx context.Context, rkey, key string) (*Document, []byte) {
 	var b []byte
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		b, err = r.rdb.Get(ctx, rkey).Bytes()
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, redis.Nil) {
-			return nil, nil
-		}
-		return nil, err
+		return nil, nil
 	}
 	d, err := decodeDocument(b)
 	if err != nil || d.Key != key {
 		return nil, nil
 	}
-	return d, nil
+	return d, b
 }
 
-// setDoc stores d in L2 until d.StaleUntil.
-func (r *redisLayer) setDoc(ctx context.Context, d *Document, now time.Time) error {
+// setDoc stores d, encoded as enc, in L2 until d.StaleUntil.
+func (r *redisLayer) setDoc(ctx context.Context, d *Document, enc []byte, now time.Time) error {
 	ttl := d.StaleUntil.Sub(now)
 	if ttl < time.Millisecond {
 		return nil
 	}
-	return r.setRaw(ctx, r.docKey(d.Key), d, ttl)
+	return r.setRaw(ctx, r.docKey(d.Key), enc, ttl)
 }
 
-func (r *redisLayer) setRaw(ctx context.Context, rkey string, d *Document, ttl time.Duration) error {
-	v := d.encode()
-	return r.op(ctx, func(ctx context.Context) error { return r.rdb.Set(ctx, rkey, v, ttl).Err() })
+func (r *redisLayer) setRaw(ctx context.Context, rkey string, enc []byte, ttl time.Duration) error {
+	return r.op(ctx, func(ctx context.Context) error { return r.rdb.Set(ctx, rkey, enc, ttl).Err() })
 }
 
 // delDoc removes key from L2 and reports whether it was there.

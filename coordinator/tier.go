@@ -70,9 +70,10 @@ func (l *l1Cache) Get(key string) *Document {
 	return d
 }
 
-// Set stores d under d.Key, replacing any older copy.
-func (l *l1Cache) Set(d *Document) {
-	if err := l.bc.Set(d.Key, d.encode()); err != nil {
+// Set stores d, whose encoding is enc, under d.Key, replacing any older
+// copy. enc is copied into bigcache; d keeps sharing its own body.
+func (l *l1Cache) Set(d *Document, enc []byte) {
+	if err := l.bc.Set(d.Key, enc); err != nil {
 		l.Delete(d.Key) // too large for a shard: never serve an older copy
 		return
 	}

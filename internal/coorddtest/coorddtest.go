@@ -29,7 +29,6 @@ type Instance struct {
 	GRPC        *server.GRPC
 	Redis       *redis.Client // nil in single-node mode
 
-	lis      net.Listener
 	stopOnce sync.Once
 }
 
@@ -94,7 +93,7 @@ func Start(t testing.TB, o Options) *Instance {
 	g = server.NewGRPC(server.New(c, cfg.Logger))
 	mu.Unlock()
 	go func() { _ = g.Serve(lis) }()
-	in.Addr, in.Coordinator, in.GRPC, in.lis = lis.Addr().String(), c, g, lis
+	in.Addr, in.Coordinator, in.GRPC = lis.Addr().String(), c, g
 	t.Cleanup(in.Stop)
 	return in
 }
