@@ -170,8 +170,7 @@ func TestManyKeysWithCancellations(t *testing.T) {
 // serves it at once to a burst of callers; exactly one instance refreshes
 // it (stale-while-revalidate under the fill lock).
 func TestStaleRefreshedByOneInstance(t *testing.T) {
-	clk := &clock{}
-	clk.ns.Store(time.Now().UnixNano())
+	clk := newTestClock()
 	cl := startCluster(t, 3, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -236,8 +235,7 @@ func TestStuckReaderBlocksNoOne(t *testing.T) {
 // TestMaxAge: a caller's max_age refuses older copies, fresh or stale, in
 // L1 and L2; the newer copy is fetched once for everyone who needs it.
 func TestMaxAge(t *testing.T) {
-	clk := &clock{}
-	clk.ns.Store(time.Now().UnixNano())
+	clk := newTestClock()
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = 10 * time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

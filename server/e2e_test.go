@@ -67,6 +67,23 @@ func countPerCall(c *coordinator.Config) {
 	}
 }
 
+// holdFirst holds the upstream's answers to path from its first request
+// until settle has passed (the time the other callers need to join and
+// subscribe: nothing signals that a gRPC caller is waiting), then runs
+// during, if set, then lets every answer through.
+func (cl *cluster) holdFirst(ctx context.Context, path string, settle time.Duration, during func()) {
+	release := make(chan struct{})
+	cl.up.Set(path, fakeupstream.Behavior{Block: release})
+	go func() {
+		defer close(release)
+		_ = cl.up.WaitCount(ctx, path, 1)
+		time.Sleep(settle)
+		if during != nil {
+			during()
+		}
+	}()
+}
+
 // waitUnlocked waits until no instance holds key's fill lock.
 func (cl *cluster) waitUnlocked(t testing.TB, key string) {
 	t.Helper()
@@ -117,17 +134,10 @@ func TestStampedeAcrossInstances(t *testing.T) {
 	const path = "/en-US/docs/Web/API/Fetch"
 	// Hold the upstream answer until every caller has joined, so that all
 	// 300 are waiting when it lands.
-	release := make(chan struct{})
-	cl.up.Set(path, fakeupstream.Behavior{Block: release})
 	var landed atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	go func() {
-		_ = cl.up.WaitCount(ctx, path, 1)
-		time.Sleep(300 * time.Millisecond) // let the other callers subscribe
-		landed.Store(time.Now().UnixNano())
-		close(release)
-	}()
+	cl.holdFirst(ctx, path, 300*time.Millisecond, func() { landed.Store(time.Now().UnixNano()) })
 	const callers = 300
 	out := cl.burst(t, ctx, callers, func(int) *coorddv1.GetOrFetchRequest {
 		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
@@ -213,15 +223,8 @@ func TestBodyOverLimitFailsAndIsNotCached(t *testing.T) {
 	}
 }
 
-// clock is a settable clock for freshness tests.
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
-	clk := &clock{}
-	clk.ns.Store(time.Now().UnixNano())
+	clk := newTestClock()
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
@@ -271,8 +274,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 
 func TestStaleIfErrorFromL2(t *testing.T) {
 	// A stale copy another instance stored in Redis is served on error.
-	clk := &clock{}
-	clk.ns.Store(time.Now().UnixNano())
+	clk := newTestClock()
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx := context.Background()
 	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {

@@ -48,18 +48,13 @@ func checkAll(t *testing.T, out []outcome, want []byte) {
 func TestRedisKilledMidBurst(t *testing.T) {
 	cl := startCluster(t, 3, fastRedis)
 	const path = "/burst"
-	release := make(chan struct{})
-	cl.up.Set(path, fakeupstream.Behavior{Block: release})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	go func() {
-		// Once the leader is fetching and the others wait on it, kill Redis.
-		_ = cl.up.WaitCount(ctx, path, 1)
-		time.Sleep(100 * time.Millisecond)
+	// Once the leader is fetching and the others wait on it, kill Redis.
+	cl.holdFirst(ctx, path, 100*time.Millisecond, func() {
 		cl.redis.Kill()
 		time.Sleep(300 * time.Millisecond)
-		close(release)
-	}()
+	})
 	out := cl.burst(t, ctx, 300, func(int) *coorddv1.GetOrFetchRequest {
 		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
 	})
@@ -95,9 +90,7 @@ func TestRedisKilledMidBurst(t *testing.T) {
 	}
 	// Coordinated again: a new cold key is fetched once across instances.
 	const path2 = "/after"
-	release2 := make(chan struct{})
-	cl.up.Set(path2, fakeupstream.Behavior{Block: release2})
-	go func() { _ = cl.up.WaitCount(ctx, path2, 1); time.Sleep(200 * time.Millisecond); close(release2) }()
+	cl.holdFirst(ctx, path2, 200*time.Millisecond, nil)
 	out = cl.burst(t, ctx, 60, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path2)} })
 	checkAll(t, out, cl.up.Body(path2))
 	if got := cl.up.Count(path2); got != 1 {
@@ -296,11 +289,9 @@ func TestStartsWithRedisDown(t *testing.T) {
 	cl.redis.Restart()
 	waitFor(t, 10*time.Second, func() bool { return in.Coordinator.RedisHealthy() && cl.instances[0].Coordinator.RedisHealthy() })
 	// Now coordinated with the other instance.
-	release := make(chan struct{})
-	cl.up.Set("/late", fakeupstream.Behavior{Block: release})
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	go func() { _ = cl.up.WaitCount(cctx, "/late", 1); time.Sleep(100 * time.Millisecond); close(release) }()
+	cl.holdFirst(cctx, "/late", 100*time.Millisecond, nil)
 	cl.clients = append(cl.clients, c)
 	out := cl.burst(t, cctx, 40, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/late")} })
 	checkAll(t, out, cl.up.Body("/late"))
@@ -347,20 +338,15 @@ func TestLeaderStoppedHandsOff(t *testing.T) {
 // degrades nothing: still one fetch, every follower pushed.
 func TestSubscriptionCut(t *testing.T) {
 	cl := startCluster(t, 3, nil)
-	release := make(chan struct{})
-	cl.up.Set("/cut", fakeupstream.Behavior{Block: release})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rdb := cl.redis.Client(t)
-	go func() {
-		_ = cl.up.WaitCount(ctx, "/cut", 1)
-		time.Sleep(100 * time.Millisecond)
+	cl.holdFirst(ctx, "/cut", 100*time.Millisecond, func() {
 		if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 			t.Errorf("CLIENT KILL: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		close(release)
-	}()
+	})
 	out := cl.burst(t, ctx, 150, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/cut")} })
 	checkAll(t, out, cl.up.Body("/cut"))
 	if got := cl.up.Count("/cut"); got != 1 {
