@@ -58,6 +58,14 @@ type Config struct {
 	// ResultTTL is how long a leader keeps an uncacheable answer (a 403,
 	// say) in Redis for followers on other instances. Default: 30s.
 	ResultTTL time.Duration
+	// MaxAgeFloor is the smallest max_age honoured: a caller's shorter
+	// max_age is raised to it, so that no caller can turn every call into
+	// an upstream request. Default: 5s. Negative: no floor.
+	MaxAgeFloor time.Duration
+	// RefreshCooldown is how long, after a background refresh of a stale
+	// copy failed, stale hits serve that copy without starting another
+	// refresh. Default: 5s. Negative: none.
+	RefreshCooldown time.Duration
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default: time.Now.
@@ -143,6 +151,10 @@ func (c *Config) setDefaults() {
 	if c.ResultTTL == 0 {
 		c.ResultTTL = 30 * time.Second
 	}
+	setDefault(&c.MaxAgeFloor, 5*time.Second)
+	c.MaxAgeFloor = max(c.MaxAgeFloor, 0)
+	setDefault(&c.RefreshCooldown, 5*time.Second)
+	c.RefreshCooldown = max(c.RefreshCooldown, 0)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -176,6 +188,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("lock_ttl: %v is below the 100ms minimum", c.LockTTL)
 	case c.RedisTimeout < 0:
 		return fmt.Errorf("redis_timeout: must not be negative")
+	case strings.ContainsAny(c.KeyPrefix, "{}"):
+		return fmt.Errorf("key_prefix: %q must not contain { or }: coordd puts each key's id in a hash tag", c.KeyPrefix)
 	}
 	return nil
 }

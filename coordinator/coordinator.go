@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -36,6 +35,10 @@ type Coordinator struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // flights and background goroutines
 	closed atomic.Bool
+
+	coolMu  sync.Mutex           // protects cooling
+	cooling map[string]time.Time // id → end of its refresh cooldown
+	genTTL  time.Duration        // lifetime of a generation key: longer than any fill
 
 	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
 	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
@@ -80,6 +83,8 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		l1:       l1,
 		fetchers: make(map[string]Fetcher),
 		flights:  make(map[string]*flight),
+		cooling:  make(map[string]time.Time),
+		genTTL:   life + cfg.LockTTL + time.Hour,
 		ctx:      ctx,
 		cancel:   cancel,
 	}
@@ -108,9 +113,10 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 		retry:    c.cfg.RedisRetryInterval,
 		log:      c.cfg.Logger.With("component", "redis"),
 		onChange: onChange,
+		suspect:  make(chan error, 1),
 		ctx:      c.ctx,
 	}
-	r.hub = newHub(rdb, r.channel(), r.log, c.l1.Delete)
+	r.hub = newHub(rdb, r.channel(), r.log, c.dropLocal)
 	ready := make(chan struct{})
 	var once sync.Once
 	r.hub.onUp = func() { once.Do(func() { close(ready) }) }
@@ -124,9 +130,16 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 	case <-ready:
 		r.up.Store(true)
 	case <-time.After(4 * r.timeout):
-		r.up.Store(true) // so that markDown logs and starts the probe
-		r.markDown(errors.New("no subscription confirmation at start"))
+		r.log.Warn("redis unavailable at start; serving from L1 and coordinating in-process")
+		if onChange != nil {
+			onChange(false)
+		}
 	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		r.watch(c.ctx)
+	}()
 }
 
 // Close stops background work and releases held locks. In-flight calls
@@ -137,9 +150,6 @@ func (c *Coordinator) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
-	if c.rl != nil {
-		c.rl.wg.Wait()
-	}
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
 	}
@@ -155,6 +165,21 @@ func (c *Coordinator) UpstreamRequests() int64 { return c.upstreamRequests.Load(
 // every wakeup is a push.
 func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
 
+// RedisDowns returns how many times this instance marked Redis down.
+func (c *Coordinator) RedisDowns() int64 {
+	if c.rl == nil {
+		return 0
+	}
+	return c.rl.downs.Load()
+}
+
+// Flights returns how many flights this instance is running.
+func (c *Coordinator) Flights() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.flights)
+}
+
 // Now is the Coordinator's clock (Config.Now), by which documents' ages
 // and lifetimes are measured.
 func (c *Coordinator) Now() time.Time { return c.cfg.Now() }
@@ -169,7 +194,8 @@ type GetOptions struct {
 	NoStale bool
 	// MaxAge, when positive, is the oldest copy the call accepts: a copy
 	// fetched from the upstream more than MaxAge before the call is not
-	// served to it, fresh or stale; the call waits for a newer one.
+	// served to it, fresh or stale; the call waits for a newer one. A
+	// MaxAge under Config.MaxAgeFloor is raised to it.
 	MaxAge time.Duration
 	// Progress, when set, receives progress events, from the calling
 	// goroutine only.
@@ -192,18 +218,20 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 	now := c.cfg.Now()
 	var notBefore time.Time // copies fetched before it are too old for this call
 	if opt.MaxAge > 0 {
-		notBefore = now.Add(-opt.MaxAge)
+		notBefore = now.Add(-max(opt.MaxAge, c.cfg.MaxAgeFloor))
 	}
 	recent := func(d *Document) bool { return !d.FetchedAt.Before(notBefore) }
 	var seed *Document
-	if d := c.l1.Get(t.Key); d != nil && d.Usable(now) {
+	if d := c.l1.Get(t.id); t.serves(d) && d.Usable(now) {
 		if d.Fresh(now) && recent(d) {
 			report(Progress{Role: RoleHit})
 			return &Result{Doc: d, Source: SourceL1}, nil
 		}
 		seed = d
-		if !opt.NoStale && recent(d) {
-			c.join(context.Background(), t, seed, time.Time{}) // revalidate in the background
+		if !opt.NoStale && recent(d) && !d.Fresh(now) {
+			if !c.coolingDown(t.id, now) {
+				c.join(context.Background(), t, seed, time.Time{}) // revalidate in the background
+			}
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return &Result{Doc: d, Source: SourceL1, Stale: true}, nil
 		}
@@ -262,7 +290,7 @@ func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent 
 func (c *Coordinator) join(ctx context.Context, t Target, seed *Document, notBefore time.Time) (f *flight, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f = c.flights[t.Key]; f != nil {
+	if f = c.flights[t.flightKey()]; f != nil {
 		f.deadlines.add(ctx)
 		f.require(notBefore)
 		return f, false
@@ -270,7 +298,10 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *Document, notBef
 	f = newFlight(t, seed)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
-	c.flights[t.Key] = f
+	if seed != nil && seed.Fresh(c.cfg.Now()) {
+		f.bypass = true // a caller's max_age refused a fresh copy
+	}
+	c.flights[t.flightKey()] = f
 	c.wg.Add(1)
 	go c.run(f)
 	return f, true
@@ -290,38 +321,54 @@ func (c *Coordinator) run(f *flight) {
 			err = fmt.Errorf("%w: internal error: %v", ErrUnavailable, recover())
 			c.log.Error("flight panicked", "key", f.t.Key, "err", err)
 		}
-		c.mu.Lock()
-		if c.flights[f.t.Key] == f {
-			delete(c.flights, f.t.Key)
-		}
-		c.mu.Unlock()
+		c.leave(f)
 		f.finish(res, err)
 	}()
 	res, err = c.fill(f)
 	finished = true
 }
 
+// leave removes f from the flights, unless an Invalidate already did.
+func (c *Coordinator) leave(f *flight) {
+	c.mu.Lock()
+	if c.flights[f.t.flightKey()] == f {
+		delete(c.flights, f.t.flightKey())
+	}
+	c.mu.Unlock()
+}
+
+// setL1 stores d in L1 for f, unless f was invalidated.
+func (c *Coordinator) setL1(f *flight, d *Document, enc []byte) {
+	f.whileValid(func() { c.l1.Set(d, enc) })
+}
+
 // fill finds or fetches f's document: L2 first, then the fill lock. The
 // holder fetches; the others wait for its push.
 func (c *Coordinator) fill(f *flight) (*Result, error) {
-	key := f.t.Key
+	t := f.t
 	var stale *Result
 	if f.seed != nil {
 		// Usually stale; fresh when a caller's max_age refused it.
 		stale = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
+	f.gen = "?"
 	r := c.rl
 	if r != nil {
-		d, enc := r.getDoc(c.ctx, key)
+		d, enc, gen, ok := r.getDoc(c.ctx, t.id)
+		if ok {
+			f.gen = gen
+		}
 		now := c.cfg.Now()
-		if d != nil && d.Usable(now) {
-			c.l1.Set(d, enc)
+		if t.serves(d) && d.Usable(now) && (stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt)) {
+			// Never replace a newer copy in L1 with an older one from L2.
+			c.setL1(f, d, enc)
 			if d.Fresh(now) && f.recent(d) {
 				return &Result{Doc: d, Source: SourceL2}, nil
 			}
-			if stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt) {
-				stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
+			if d.Fresh(now) {
+				f.setBypass()
 			}
+			stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
 		}
 	}
 	if stale != nil {
@@ -335,22 +382,24 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		if r == nil {
 			return c.lead(f, nil, stale)
 		}
-		w := r.hub.register(key)
-		l, ok, err := r.tryLock(c.ctx, key, c.cfg.LockTTL)
-		if ok {
-			r.hub.unregister(w)
-			return c.lead(f, l, stale)
-		}
-		if err != nil || !r.healthy() {
+		w := r.hub.register(t.id)
+		l, holder, err := r.tryLock(c.ctx, t.id, c.cfg.LockTTL)
+		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
+			// When Redis did not answer, l is the lease we may hold: its
+			// token still lands and wakes whoever waits on it.
 			r.hub.unregister(w)
 			if !degraded {
 				degraded = true
 				f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 			}
-			return c.lead(f, nil, stale)
+			return c.lead(f, l, stale)
 		}
-		res, err, again := c.follow(f, w, stale)
+		if l != nil {
+			r.hub.unregister(w)
+			return c.lead(f, l, stale)
+		}
+		res, err, again := c.follow(f, w, holder, stale)
 		r.hub.unregister(w)
 		if !again {
 			return res, err
@@ -358,72 +407,94 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 	}
 }
 
-// follow waits, subscribed, for the instance holding key's lock. It
-// re-checks L2 after subscribing, so that a push that landed before the
-// subscription is not lost. again asks the caller to re-check the lock.
-func (c *Coordinator) follow(f *flight, w *waiter, stale *Result) (res *Result, err error, again bool) {
+// follow waits, subscribed, for the instance holding t's lock, whose
+// token is holder. It re-checks L2 after subscribing, so that a push that
+// landed before the subscription is not lost. again asks the caller to
+// re-check the lock.
+func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result) (res *Result, err error, again bool) {
 	r := c.rl
-	key := f.t.Key
+	t := f.t
+	if holder == "" {
+		return nil, nil, true // the lock expired between our two looks
+	}
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	if d, enc := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
-		c.l1.Set(d, enc)
+	if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
+		c.setL1(f, d, enc)
 		return &Result{Doc: d, Source: SourceL2}, nil, false
 	}
 	// The lease outlives a dead holder by at most LockTTL; jitter spreads
 	// the takeover attempts of many instances.
 	timer := time.NewTimer(c.cfg.LockTTL + rand.N(c.cfg.LockTTL/4+1))
 	defer timer.Stop()
-	select {
-	case ev := <-w.ch:
-		switch ev.Type {
-		case evDone:
-			d, enc := r.getRaw(c.ctx, ev.Result, key)
-			if d == nil {
+	for {
+		select {
+		case ev := <-w.ch:
+			switch ev.Type {
+			case evDone:
+				d, enc := r.getRaw(c.ctx, ev.Result, t.id)
+				if !t.serves(d) {
+					return nil, nil, true
+				}
+				if ev.Result != r.docKey(t.id) {
+					return &Result{Doc: d, Source: SourceL2}, nil, false // uncacheable: as it is
+				}
+				if !d.Fresh(c.cfg.Now()) || !f.recent(d) {
+					return nil, nil, true // not what this flight needs
+				}
+				c.setL1(f, d, enc)
+				return &Result{Doc: d, Source: SourceL2}, nil, false
+			case evFail:
+				if ev.Token != holder {
+					continue // an earlier leader's
+				}
+				if ev.Kind == "rate_limited" {
+					// The leader's callers could not wait for a rate-limit
+					// slot; this flight's callers may: queue for one ourselves.
+					return nil, nil, true
+				}
+				return stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
+			case evRelease:
+				if ev.Token != holder {
+					continue
+				}
+				return nil, nil, true
+			default: // reset, inval
 				return nil, nil, true
 			}
-			if ev.Result == r.docKey(key) {
-				c.l1.Set(d, enc)
-			}
-			return &Result{Doc: d, Source: SourceL2}, nil, false
-		case evFail:
-			if ev.Kind == "rate_limited" {
-				// The leader's callers could not wait for a rate-limit
-				// slot; this flight's callers may: queue for one ourselves.
-				return nil, nil, true
-			}
-			return stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
-		default: // release, reset, inval
+		case <-timer.C:
+			c.timerWakeups.Add(1)
 			return nil, nil, true
+		case <-c.ctx.Done():
+			return stale, ErrClosed, false
 		}
-	case <-timer.C:
-		c.timerWakeups.Add(1)
-		return nil, nil, true
-	case <-c.ctx.Done():
-		return stale, ErrClosed, false
 	}
 }
 
-// lead fetches f's document from the upstream under lease l (nil: in-process
-// only), stores it in L1 and L2, and wakes the followers.
+// lead fetches f's document from the upstream under lease l (nil:
+// in-process only), wakes f's callers, then stores it in L2 and wakes the
+// followers of other instances.
 func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) {
-	defer l.release()
-	key, r := f.t.Key, c.rl
+	t, r := f.t, c.rl
 	if l != nil {
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
-		if d, enc := r.getDoc(c.ctx, key); d != nil && d.Fresh(c.cfg.Now()) && f.recent(d) {
-			c.l1.Set(d, enc)
+		if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
+			c.setL1(f, d, enc)
+			c.handOff(l, event{Type: evDone, Key: t.id, Result: r.docKey(t.id)})
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}
 	}
-	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + f.t.URL})
-	up := f.t.upstream
-	fr := FetchRequest{URL: f.t.URL}
+	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
+	up := t.upstream
+	fr := FetchRequest{URL: t.URL}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
 	ctx := withCallerDeadlines(c.ctx, &f.deadlines)
+	if f.isBypass() {
+		ctx = withLowPriority(ctx)
+	}
 	resp, err := c.fetchers[up.Name].Fetch(ctx, fr, func(p Progress) {
 		p.Role = RoleLeader
 		f.report(p)
@@ -431,18 +502,32 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 	if err == nil {
 		var d *Document
 		var cache bool
-		d, cache, err = c.document(f.t, resp, stale)
+		d, cache, err = c.document(t, resp, stale)
 		if err == nil {
-			c.land(l, d, cache)
-			return &Result{Doc: d, Source: SourceUpstream}, nil
+			res := &Result{Doc: d, Source: SourceUpstream}
+			enc := d.encode() // once, for L1 and L2
+			if cache {
+				c.setL1(f, d, enc)
+			} else {
+				// The url turned uncacheable: its old copy must not be
+				// served any longer, here or (landRemote) from L2.
+				c.l1.Delete(t.id)
+			}
+			c.leave(f)
+			f.finish(res, nil) // this instance's callers first
+			c.landRemote(f, l, d, enc, cache)
+			return res, nil
 		}
 	}
 	if c.ctx.Err() != nil {
-		c.handOff(l, event{Type: evRelease, Key: key})
+		c.handOff(l, event{Type: evRelease, Key: t.id})
 		return stale, ErrClosed
 	}
-	c.log.Warn("upstream fetch failed", "upstream", up.Name, "url", f.t.URL, "err", err, "stale", stale != nil)
-	c.handOff(l, event{Type: evFail, Key: key, Kind: errorKind(err), Msg: err.Error(), Wait: retryAfterOf(err).Milliseconds()})
+	c.log.Warn("upstream fetch failed", "upstream", up.Name, "url", t.URL, "err", err, "stale", stale != nil)
+	if stale != nil {
+		c.coolDown(t.id)
+	}
+	c.handOff(l, event{Type: evFail, Key: t.id, Kind: errorKind(err), Msg: err.Error(), Wait: retryAfterOf(err).Milliseconds()})
 	return stale, err
 }
 
@@ -485,63 +570,136 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	}
 }
 
-// land stores d in L1 and L2 (or, if uncacheable, in a short-lived result
-// key for followers) and then wakes the followers.
-func (c *Coordinator) land(l *lease, d *Document, cache bool) {
-	enc := d.encode() // once, for L1 and L2
-	if cache {
-		c.l1.Set(d, enc)
-	}
+// landRemote stores d, encoded as enc, in L2 (or, if uncacheable, in a
+// short-lived result key for followers, dropping the old copy), releases
+// l and wakes the followers of every instance: one script, fenced against
+// Invalidate (see landScript). It runs whatever the health state says,
+// bounded by the Redis timeout, so that a leader that degraded or lost a
+// reply still wakes those who wait on its lock; a document written to L2
+// is always announced. If the script is refused or fails, the lock is
+// released and a release event sent, so followers re-check at once.
+func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, cache bool) {
 	r := c.rl
-	if r == nil || !r.healthy() {
-		return
+	if r == nil || (l == nil && f.gen == "?") {
+		return // nothing to fence the write with, and nobody waits on us
 	}
-	rkey := r.docKey(d.Key)
-	var err error
-	if cache {
-		err = r.setDoc(c.ctx, d, enc, c.cfg.Now())
-	} else {
-		rkey = r.prefix + "result:" + d.Key + ":" + newToken()
-		err = r.setRaw(c.ctx, rkey, enc, c.cfg.ResultTTL)
+	token := ""
+	if l != nil {
+		token = l.token
+		l.stopWatchdog()
 	}
-	if err != nil {
-		c.handOff(l, event{Type: evRelease, Key: d.Key})
-		return
+	id := f.t.id
+	rkey, ttl := r.docKey(id), d.StaleUntil.Sub(c.cfg.Now())
+	if !cache || ttl < time.Millisecond {
+		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), c.cfg.ResultTTL
 	}
-	c.handOff(l, event{Type: evDone, Key: d.Key, Result: rkey})
+	ev := event{Type: evDone, Key: id, Token: token, Result: rkey}
+	var landed int64
+	ctx, cancel := context.WithCancel(context.Background()) // even while closing
+	defer cancel()
+	err := r.always(ctx, len(enc), func(ctx context.Context) (err error) {
+		landed, err = landScript.Run(ctx, r.rdb,
+			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
+			token, f.gen, enc, ttl.Milliseconds(), r.channel(), ev.encode()).Int64()
+		return err
+	})
+	if err != nil || landed == 0 {
+		if err != nil {
+			c.log.Warn("storing in redis failed; followers re-check", "key", f.t.Key, "err", err)
+		}
+		c.handOff(l, event{Type: evRelease, Key: id})
+	}
 }
 
-// handOff releases l, then publishes ev to every instance's followers. The
-// order matters: a follower woken by ev must find the lock free, or it
-// would wait for a lease that nobody holds any more. Without a lease (Redis
-// down, or single-node mode) there are no followers to wake.
+// handOff releases l, then publishes ev to every instance's followers, in
+// one script, whatever the health state says (bounded by the Redis
+// timeout). The order matters: a follower woken by ev must find the lock
+// free, or it would wait for a lease that nobody holds any more. Without a
+// lease (single-node mode, or Redis down before the lock was asked for)
+// nobody waits on this flight.
 func (c *Coordinator) handOff(l *lease, ev event) {
 	if l == nil || c.rl == nil {
 		return
 	}
-	l.release()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RedisTimeout)
+	l.stopWatchdog()
+	ev.Token = l.token
+	r := c.rl
+	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
-	_ = c.rl.publish(ctx, ev)
+	_ = r.always(ctx, 0, func(ctx context.Context) error {
+		return handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, r.channel(), ev.encode()).Err()
+	})
 }
 
-// Invalidate removes key from L2 and from the L1 of every instance. It
-// reports whether L2 held it. With Redis down it clears this instance's L1
-// and returns an error wrapping ErrRedisUnavailable.
-func (c *Coordinator) Invalidate(ctx context.Context, key string) (bool, error) {
+// dropLocal removes id from L1 and fences this instance's flights of it:
+// they no longer offer their stale copy, store into L1, or take new
+// callers. Called by Invalidate, and for every inval event.
+func (c *Coordinator) dropLocal(id string) {
+	c.mu.Lock()
+	for k, f := range c.flights {
+		if f.t.id == id {
+			f.invalidate()
+			delete(c.flights, k)
+		}
+	}
+	c.mu.Unlock()
+	c.l1.Delete(id)
+}
+
+// Invalidate removes t's document from L2 and from the L1 of every
+// instance, and fences every fill of it already running: none lands its
+// older copy afterwards. It reports whether L2 held it. With Redis down it
+// clears this instance's L1 and returns an error wrapping
+// ErrRedisUnavailable. Build t with Resolve or ResolveInvalidation.
+func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	if c.closed.Load() {
 		return false, ErrClosed
 	}
-	c.l1.Delete(key)
-	if c.rl == nil {
+	c.dropLocal(t.id)
+	r := c.rl
+	if r == nil {
 		return false, nil
 	}
-	existed, err := c.rl.delDoc(ctx, key)
+	var existed int64
+	ev := event{Type: evInval, Key: t.id}
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		existed, err = invalidateScript.Run(ctx, r.rdb, []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
+			r.channel(), ev.encode(), c.genTTL.Milliseconds()).Int64()
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
-	if err := c.rl.publish(ctx, event{Type: evInval, Key: key}); err != nil {
-		return existed, err
+	return existed > 0, nil
+}
+
+// coolDown stops stale hits from starting background refreshes of id for
+// Config.RefreshCooldown after a refresh failed: the stale copy is served
+// meanwhile, and the upstream is not asked again on every hit.
+func (c *Coordinator) coolDown(id string) {
+	if c.cfg.RefreshCooldown <= 0 {
+		return
 	}
-	return existed, nil
+	now := c.cfg.Now()
+	c.coolMu.Lock()
+	defer c.coolMu.Unlock()
+	if len(c.cooling) >= 4096 {
+		for k, until := range c.cooling {
+			if !now.Before(until) {
+				delete(c.cooling, k)
+			}
+		}
+	}
+	c.cooling[id] = now.Add(c.cfg.RefreshCooldown)
+}
+
+func (c *Coordinator) coolingDown(id string, now time.Time) bool {
+	c.coolMu.Lock()
+	defer c.coolMu.Unlock()
+	until, ok := c.cooling[id]
+	if ok && !now.Before(until) {
+		delete(c.cooling, id)
+		return false
+	}
+	return ok
 }

@@ -14,6 +14,9 @@ type flight struct {
 	seed *Document // usable stale copy from L1 at start, or nil
 	// deadlines bounds the fetch's rate-limit waits by its callers'.
 	deadlines callerDeadlines
+	// gen is id's generation read from Redis before the fill ("?":
+	// unknown), which fences the landing against Invalidate. Set by fill.
+	gen string
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age
@@ -23,6 +26,12 @@ type flight struct {
 	done      bool
 	res       *Result // on success; or the stale copy when err != nil
 	err       error
+	// invalidated: an Invalidate came after the flight started; it no
+	// longer offers its stale copy nor stores into L1.
+	invalidated bool
+	// bypass: the flight fetches although a fresh copy exists, because a
+	// caller's max_age refused it; it takes only free rate-limit slots.
+	bypass bool
 }
 
 func newFlight(t Target, seed *Document) *flight {
@@ -48,16 +57,51 @@ func (f *flight) report(p Progress) {
 // offerStale makes a stale copy available to callers that accept it.
 func (f *flight) offerStale(r *Result) {
 	f.mu.Lock()
-	f.stale = r
-	f.signalLocked()
+	if !f.invalidated {
+		f.stale = r
+		f.signalLocked()
+	}
 	f.mu.Unlock()
 }
 
-// finish records the outcome. res may be a stale fallback when err != nil.
+// invalidate fences the flight: its stale copy is withdrawn and it stores
+// nothing more into L1.
+func (f *flight) invalidate() {
+	f.mu.Lock()
+	f.invalidated, f.stale = true, nil
+	f.mu.Unlock()
+}
+
+// whileValid runs fn (an L1 store) unless the flight was invalidated,
+// excluding invalidate meanwhile.
+func (f *flight) whileValid(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.invalidated {
+		fn()
+	}
+}
+
+func (f *flight) setBypass() {
+	f.mu.Lock()
+	f.bypass = true
+	f.mu.Unlock()
+}
+
+func (f *flight) isBypass() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bypass
+}
+
+// finish records the outcome, once: the first call wins. res may be a
+// stale fallback when err != nil.
 func (f *flight) finish(res *Result, err error) {
 	f.mu.Lock()
-	f.done, f.res, f.err = true, res, err
-	f.signalLocked()
+	if !f.done {
+		f.done, f.res, f.err = true, res, err
+		f.signalLocked()
+	}
 	f.mu.Unlock()
 }
 

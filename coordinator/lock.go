@@ -4,26 +4,73 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// Every script below touches the keys of one cache id only, which share a
+// hash tag, so they run in Redis Cluster too.
 var (
+	// lockScript takes the fill lock, or names its holder: {1, token} or
+	// {0, holder's token}.
+	lockScript = redis.NewScript(`
+if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1]} end
+return {0, redis.call("get", KEYS[1]) or ""}`)
 	// releaseScript deletes the lock only if it still holds our token, so a
 	// holder whose lease expired never deletes a successor's lock.
 	releaseScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
 	// extendScript renews the lease only if it still holds our token.
 	extendScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`)
+	// landScript stores a fetched document (KEYS[1]: the document key, or
+	// a result key for an uncacheable answer, which then also deletes the
+	// document), releases the lock and publishes done, in one step, fenced:
+	// it refuses (0) unless the lock still holds our token or the id's
+	// generation is still the one read before the fetch. Invalidate deletes
+	// the lock and bumps the generation, so a fill that started before an
+	// Invalidate never lands after it.
+	//
+	// KEYS: target, lock, gen, doc. ARGV: token, gen read ("?": unknown),
+	// value, ttl ms, channel, event.
+	landScript = redis.NewScript(`
+local mine = redis.call("get", KEYS[2]) == ARGV[1]
+if not mine then
+  if ARGV[2] == "?" or (redis.call("get", KEYS[3]) or "") ~= ARGV[2] then return 0 end
+end
+redis.call("set", KEYS[1], ARGV[3], "PX", ARGV[4])
+if KEYS[1] ~= KEYS[4] then redis.call("del", KEYS[4]) end
+if mine then redis.call("del", KEYS[2]) end
+redis.call("publish", ARGV[5], ARGV[6])
+return 1`)
+	// handOffScript releases the lock if ours and publishes an event.
+	// KEYS: lock. ARGV: token, channel, event.
+	handOffScript = redis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) end
+redis.call("publish", ARGV[2], ARGV[3])
+return 1`)
+	// invalidateScript deletes the document and the lock, bumps the
+	// generation (fencing every fill in flight) and publishes inval.
+	// KEYS: doc, lock, gen. ARGV: channel, event, gen ttl ms.
+	invalidateScript = redis.NewScript(`
+local existed = redis.call("del", KEYS[1])
+redis.call("del", KEYS[2])
+redis.call("incr", KEYS[3])
+redis.call("pexpire", KEYS[3], ARGV[3])
+redis.call("publish", ARGV[1], ARGV[2])
+return existed`)
 )
 
-// lease is a held fill lock. A watchdog extends it every ttl/3 until
-// release. A nil *lease is valid and means "in-process only" (Redis down or
-// embedded mode); its methods do nothing.
+// lease is a fill lock this instance holds, or may hold: when the reply
+// to the lock request was lost, the lease is kept (uncertain) so that its
+// token can still land, release and publish for the followers that wait
+// on it. A watchdog extends it every ttl/3 until release. A nil *lease is
+// valid and means "in-process only" (single-node mode); its methods do
+// nothing.
 type lease struct {
 	r     *redisLayer
-	key   string // Redis key of the lock
+	id    string
 	token string
 	ttl   time.Duration
 	stop  chan struct{}
@@ -37,22 +84,33 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// tryLock takes key's fill lock with SET NX PX. It returns (nil, false, nil)
-// when another instance holds it, and an error wrapping
-// ErrRedisUnavailable when Redis cannot tell.
-func (r *redisLayer) tryLock(ctx context.Context, key string, ttl time.Duration) (*lease, bool, error) {
-	l := &lease{r: r, key: r.lockKey(key), token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
-	var ok bool
-	err := r.op(ctx, func(ctx context.Context) (err error) {
-		ok, err = r.rdb.SetNX(ctx, l.key, l.token, ttl).Result()
+// tryLock takes id's fill lock. It returns the lease when taken; nil and
+// the holder's token when another instance holds it; and, with an error,
+// an uncertain lease when Redis did not answer (it may have taken the
+// lock), or nil when Redis is marked down and was not asked.
+func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) (l *lease, holder string, err error) {
+	l = &lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
+	var res []any
+	asked := false
+	err = r.op(ctx, func(ctx context.Context) (err error) {
+		asked = true
+		res, err = lockScript.Run(ctx, r.rdb, []string{r.lockKey(id)}, l.token, ttl.Milliseconds()).Slice()
 		return err
 	})
-	if err != nil || !ok {
-		return nil, false, err
+	switch {
+	case err != nil && !asked:
+		return nil, "", err
+	case err == nil && len(res) != 2:
+		err = fmt.Errorf("%w: lock script answered %v", ErrRedisUnavailable, res)
+	case err == nil && asInt(res[0]) == 0:
+		holder, _ = res[1].(string)
+		return nil, holder, nil
 	}
 	go l.watchdog()
-	return l, true, nil
+	return l, "", err
 }
+
+func (l *lease) lockKey() string { return l.r.lockKey(l.id) }
 
 func (l *lease) watchdog() {
 	defer close(l.done)
@@ -66,29 +124,35 @@ func (l *lease) watchdog() {
 		}
 		var n int64
 		err := l.r.op(l.r.ctx, func(ctx context.Context) (err error) {
-			n, err = extendScript.Run(ctx, l.r.rdb, []string{l.key}, l.token, l.ttl.Milliseconds()).Int64()
+			n, err = extendScript.Run(ctx, l.r.rdb, []string{l.lockKey()}, l.token, l.ttl.Milliseconds()).Int64()
 			return err
 		})
 		if err == nil && n == 0 {
-			l.r.log.Warn("fill lock lost before the fetch ended", "lock", l.key)
+			l.r.log.Debug("fill lock not held; the watchdog stops", "lock", l.lockKey())
 			return
 		}
 	}
 }
 
-// release stops the watchdog and deletes the lock if it is still ours.
+// stopWatchdog stops extending the lease; idempotent.
+func (l *lease) stopWatchdog() {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+	})
+}
+
+// release stops the watchdog and deletes the lock if it is still ours,
+// whatever the health state (bounded by the Redis timeout).
 func (l *lease) release() {
 	if l == nil {
 		return
 	}
-	l.once.Do(func() {
-		close(l.stop)
-		<-l.done
-		// A fresh context: release must happen even while shutting down.
-		ctx, cancel := context.WithTimeout(context.Background(), l.r.timeout)
-		defer cancel()
-		_ = l.r.op(ctx, func(ctx context.Context) error {
-			return releaseScript.Run(ctx, l.r.rdb, []string{l.key}, l.token).Err()
-		})
+	l.stopWatchdog()
+	// A fresh context: release must happen even while shutting down.
+	ctx, cancel := context.WithTimeout(context.Background(), l.r.timeout)
+	defer cancel()
+	_ = l.r.always(ctx, 0, func(ctx context.Context) error {
+		return releaseScript.Run(ctx, l.r.rdb, []string{l.lockKey()}, l.token).Err()
 	})
 }

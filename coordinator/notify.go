@@ -17,14 +17,18 @@ const (
 	evDone    = "done"    // the document landed; R names the Redis key holding it
 	evFail    = "fail"    // the fetch failed; E and M say how
 	evRelease = "release" // the leader gave up without a result; try again
-	evInval   = "inval"   // drop K from L1
+	evInval   = "inval"   // drop K from L1 and fence its fills
 	evReset   = "reset"   // local only: the subscription was (re)established or Redis went down; re-check
 )
 
-// event is one message on the completion channel, or a local reset.
+// event is one message on the completion channel, or a local reset. Key
+// is the cache id; Token is the fill lock token of the leader that sent
+// it, so that a follower takes a fail or a release only from the leader it
+// waits for, never from an earlier one.
 type event struct {
 	Type   string `json:"t"`
 	Key    string `json:"k"`
+	Token  string `json:"o,omitempty"`
 	Result string `json:"r,omitempty"`
 	Kind   string `json:"e,omitempty"`
 	Msg    string `json:"m,omitempty"`

@@ -328,7 +328,30 @@ func (p *protected) bound(ctx context.Context) time.Duration {
 	if dl, ok := callerDeadline(ctx); ok {
 		b = min(b, time.Until(dl))
 	}
+	if lowPriority(ctx) {
+		// At most the next slot: never queue behind others, so that cold
+		// misses wait for one such fetch at most.
+		b = 0
+		if rl := p.up.Protection.RateLimit; rl > 0 {
+			b = min(p.up.Protection.MaxWait, slotInterval(rl))
+		}
+	}
 	return max(b, 0)
+}
+
+type lowPriorityKey struct{}
+
+// withLowPriority marks a fetch that only refreshes a copy that is still
+// fresh (a caller's max_age refused it): it takes a rate-limit slot only
+// if the next one is free, so that such callers cannot starve cold misses
+// and background revalidations.
+func withLowPriority(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lowPriorityKey{}, true)
+}
+
+func lowPriority(ctx context.Context) bool {
+	v, _ := ctx.Value(lowPriorityKey{}).(bool)
+	return v
 }
 
 // tooManyBackoff is the backoff after a 429 without a Retry-After.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,19 +21,22 @@ var ErrRedisUnavailable = errors.New("coordinator: redis unavailable")
 // *redis.Client and *redis.ClusterClient satisfy it.
 type rediser interface {
 	redis.Scripter
+	MGet(ctx context.Context, keys ...string) *redis.SliceCmd
 	Get(ctx context.Context, key string) *redis.StringCmd
-	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
-	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
-	Del(ctx context.Context, keys ...string) *redis.IntCmd
 	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
 }
 
 // redisLayer is L2, the fill lock and the completion channel, with a health
-// tracker: the first failed operation marks Redis down, after which every
-// operation fails fast with ErrRedisUnavailable (no caller waits on a dead
-// Redis) until a background probe sees it answer again.
+// tracker. A failed operation only makes Redis suspect: one goroutine, the
+// only owner of the health state, then pings it, and marks it down only
+// when the ping fails too. While Redis is down, request-path operations
+// fail fast with ErrRedisUnavailable (no caller waits on a dead Redis); the
+// same goroutine pings it every retry interval and marks it up when it
+// answers and the subscription is back. Releases and publishes that others
+// wait for are always attempted (bounded by the timeout), whatever the
+// health state says.
 type redisLayer struct {
 	rdb      rediser
 	prefix   string
@@ -42,26 +46,54 @@ type redisLayer struct {
 	onChange func(up bool)
 
 	up      atomic.Bool
-	probing atomic.Bool
+	downs   atomic.Int64 // up-to-down transitions
+	suspect chan error // a failed operation; cap 1, read by watch
 	hub     *hub
 	ctx     context.Context // ends on Close
 	wg      sync.WaitGroup
 }
 
-func (r *redisLayer) docKey(key string) string  { return r.prefix + "doc:" + key }
-func (r *redisLayer) lockKey(key string) string { return r.prefix + "lock:" + key }
-func (r *redisLayer) channel() string           { return r.prefix + "events" }
+// Redis keys of one cache id. The id is in a hash tag, so that in Redis
+// Cluster the document, its fill lock and its generation share a slot and
+// one script can touch them together.
+func (r *redisLayer) docKey(id string) string  { return r.prefix + "{" + id + "}:doc" }
+func (r *redisLayer) lockKey(id string) string { return r.prefix + "{" + id + "}:lock" }
+func (r *redisLayer) genKey(id string) string  { return r.prefix + "{" + id + "}:gen" }
+func (r *redisLayer) channel() string          { return r.prefix + "events" }
 
 // healthy reports whether Redis is believed up.
 func (r *redisLayer) healthy() bool { return r.up.Load() }
 
-// op runs fn with the per-operation timeout, failing fast when Redis is down
-// and marking it down when fn fails for a reason other than the caller's.
+// bytesPerSecond is the transfer rate assumed when a Redis operation's
+// timeout is scaled to the size of its value: a 10 MiB document gets
+// about 300ms on top of the base timeout.
+const bytesPerSecond = 32 << 20
+
+// timeoutFor is the timeout of an operation moving size bytes.
+func (r *redisLayer) timeoutFor(size int) time.Duration {
+	return r.timeout + time.Duration(int64(size)*int64(time.Second)/bytesPerSecond)
+}
+
+// op runs fn on the request path: it fails fast while Redis is down.
 func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error) error {
+	return r.opSized(ctx, 0, fn)
+}
+
+// opSized is op for an operation moving size bytes.
+func (r *redisLayer) opSized(ctx context.Context, size int, fn func(ctx context.Context) error) error {
 	if !r.up.Load() {
 		return ErrRedisUnavailable
 	}
-	octx, cancel := context.WithTimeout(ctx, r.timeout)
+	return r.always(ctx, size, fn)
+}
+
+// always runs fn with a timeout scaled to size, whatever the health state:
+// for what others wait on (releasing a lock, publishing an outcome). A
+// reply from Redis, even an error reply such as OOM under maxmemory, means
+// that this operation failed, not that Redis is down; other failures make
+// Redis suspect.
+func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.Context) error) error {
+	octx, cancel := context.WithTimeout(ctx, r.timeoutFor(size))
 	defer cancel()
 	err := fn(octx)
 	if err == nil || errors.Is(err, redis.Nil) {
@@ -70,67 +102,124 @@ func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error)
 	if ctx.Err() != nil {
 		return ctx.Err() // the caller's context ended; Redis is not to blame
 	}
-	r.markDown(err)
+	if isReply(err) {
+		return fmt.Errorf("coordinator: redis refused: %w", err)
+	}
+	r.markSuspect(err)
 	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 }
 
-// verify pings Redis after the subscription broke: a dead or frozen Redis
-// is marked down at once, even with no request in flight to notice it,
-// while a subscription that alone was cut (a proxy, CLIENT KILL) degrades
-// nothing: the hub resubscribes and every waiter re-checks.
-func (r *redisLayer) verify(error) {
-	_ = r.op(r.ctx, func(ctx context.Context) error { return r.rdb.Ping(ctx).Err() })
+// isReply reports whether err is an error reply from the server (OOM,
+// NOSCRIPT, WRONGTYPE, READONLY…), as opposed to a network failure or a
+// timeout.
+func isReply(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	// go-redis reports some client-side conditions as redis.Error too.
+	msg := re.Error()
+	return !strings.HasPrefix(msg, "redis: ")
 }
 
-func (r *redisLayer) markDown(err error) {
+// markSuspect asks the health owner to check Redis.
+func (r *redisLayer) markSuspect(err error) {
+	select {
+	case r.suspect <- err:
+	default: // a check is already pending
+	}
+}
+
+// verify is called when the subscription broke: a dead or frozen Redis is
+// marked down at once, even with no request in flight to notice it, while
+// a subscription that alone was cut (a proxy, CLIENT KILL) degrades
+// nothing: the hub resubscribes and every waiter re-checks.
+func (r *redisLayer) verify(err error) { r.markSuspect(err) }
+
+// watch owns the health state until ctx ends. Up, it waits for a suspect
+// operation and pings; a failed ping marks Redis down. Down, it pings every
+// retry interval and marks Redis up when it answers and the subscription is
+// confirmed. Being the only writer, it cannot lose a transition.
+func (r *redisLayer) watch(ctx context.Context) {
+	t := time.NewTicker(r.retry)
+	defer t.Stop()
+	for {
+		if r.up.Load() {
+			var cause error
+			select {
+			case <-ctx.Done():
+				return
+			case cause = <-r.suspect:
+			}
+			if err := r.ping(ctx); err != nil && ctx.Err() == nil {
+				r.setDown(fmt.Errorf("%v; ping: %w", cause, err))
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.suspect: // already down
+			continue
+		}
+		if r.ping(ctx) == nil && r.hub.subscribed() {
+			r.up.Store(true)
+			r.log.Info("redis available again; coordinating across instances")
+			if r.onChange != nil {
+				r.onChange(true)
+			}
+		}
+	}
+}
+
+func (r *redisLayer) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.rdb.Ping(ctx).Err()
+}
+
+// setDown marks Redis down; only watch (and start-up) calls it.
+func (r *redisLayer) setDown(err error) {
 	if r.up.CompareAndSwap(true, false) {
+		r.downs.Add(1)
 		r.log.Warn("redis unavailable; serving from L1 and coordinating in-process", "err", err)
 		if r.onChange != nil {
 			r.onChange(false)
 		}
 		r.hub.resetAll()
 	}
-	if r.probing.CompareAndSwap(false, true) {
-		r.wg.Add(1)
-		go r.probe()
+}
+
+// getDoc reads id's Document and generation from L2 in one round trip.
+// d is nil when absent, undecodable, not id's, or unreadable; enc is the
+// encoding it was read from (for L1, so that the body is not encoded
+// again). gen is the generation Invalidate last gave id ("" for none); ok
+// is false when Redis could not be read, so gen is unknown.
+func (r *redisLayer) getDoc(ctx context.Context, id string) (d *Document, enc []byte, gen string, ok bool) {
+	var vals []any
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		vals, err = r.rdb.MGet(ctx, r.docKey(id), r.genKey(id)).Result()
+		return err
+	})
+	if err != nil || len(vals) != 2 {
+		return nil, nil, "", false
 	}
-}
-
-// probe pings Redis until it answers, then marks it up again.
-func (r *redisLayer) probe() {
-	defer r.wg.Done()
-	defer r.probing.Store(false)
-	t := time.NewTicker(r.retry)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-		err := r.rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil && r.hub.subscribed() {
-			if r.up.CompareAndSwap(false, true) {
-				r.log.Info("redis available again; coordinating across instances")
-				if r.onChange != nil {
-					r.onChange(true)
-				}
-			}
-			return
-		}
+	gen, _ = vals[1].(string)
+	s, _ := vals[0].(string)
+	if s == "" {
+		return nil, nil, gen, true
 	}
+	b := []byte(s)
+	d, err = decodeDocument(b)
+	if err != nil || d.id() != id {
+		return nil, nil, gen, true
+	}
+	return d, b, gen, true
 }
 
-// getDoc reads key's Document from L2, with the encoding it was read
-// from (for L1, so that the body is not encoded again); nil when absent,
-// undecodable or unreadable (a failure marks Redis down).
-func (r *redisLayer) getDoc(ctx context.Context, key string) (*Document, []byte) {
-	return r.getRaw(ctx, r.docKey(key), key)
-}
-
-func (r *redisLayer) getRaw(ctx context.Context, rkey, key string) (*Document, []byte) {
+// getRaw reads the Document stored under rkey; nil unless it is id's.
+func (r *redisLayer) getRaw(ctx context.Context, rkey, id string) (*Document, []byte) {
 	var b []byte
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		b, err = r.rdb.Get(ctx, rkey).Bytes()
@@ -140,36 +229,15 @@ func (r *redisLayer) getRaw(ctx context.Context, rkey, key string) (*Document, [
 		return nil, nil
 	}
 	d, err := decodeDocument(b)
-	if err != nil || d.Key != key {
+	if err != nil || d.id() != id {
 		return nil, nil
 	}
 	return d, b
 }
 
-// setDoc stores d, encoded as enc, in L2 until d.StaleUntil.
-func (r *redisLayer) setDoc(ctx context.Context, d *Document, enc []byte, now time.Time) error {
-	ttl := d.StaleUntil.Sub(now)
-	if ttl < time.Millisecond {
-		return nil
-	}
-	return r.setRaw(ctx, r.docKey(d.Key), enc, ttl)
-}
-
-func (r *redisLayer) setRaw(ctx context.Context, rkey string, enc []byte, ttl time.Duration) error {
-	return r.op(ctx, func(ctx context.Context) error { return r.rdb.Set(ctx, rkey, enc, ttl).Err() })
-}
-
-// delDoc removes key from L2 and reports whether it was there.
-func (r *redisLayer) delDoc(ctx context.Context, key string) (bool, error) {
-	var n int64
-	err := r.op(ctx, func(ctx context.Context) (err error) {
-		n, err = r.rdb.Del(ctx, r.docKey(key)).Result()
-		return err
-	})
-	return n > 0, err
-}
-
 func (r *redisLayer) publish(ctx context.Context, ev event) error {
 	b := ev.encode()
-	return r.op(ctx, func(ctx context.Context) error { return r.rdb.Publish(ctx, r.channel(), b).Err() })
+	return r.always(ctx, 0, func(ctx context.Context) error {
+		return r.rdb.Publish(ctx, r.channel(), b).Err()
+	})
 }

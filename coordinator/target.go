@@ -18,8 +18,9 @@ const (
 // Target is a validated request: the canonical url, its cache key and the
 // upstream it belongs to. Build one with Coordinator.Resolve.
 type Target struct {
-	URL      string // canonical url
+	URL      string // canonical url; empty for an invalidation by key
 	Key      string // cache key: the caller's, or URL
+	id       string // cache id (see cacheID)
 	upstream *Upstream
 }
 
@@ -44,15 +45,42 @@ func (c *Coordinator) Resolve(rawURL, key string) (Target, error) {
 	if t.Key == "" {
 		t.Key = t.URL
 	}
+	t.id = cacheID(up.Name, t.URL, t.Key)
 	return t, nil
 }
 
-// ResolveKey validates a bare cache key (for Invalidate by key).
-func ResolveKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: key is empty", ErrInvalidArgument)
+// ResolveInvalidation validates what an Invalidate names and returns the
+// targets it removes. It does no I/O; errors wrap ErrInvalidArgument or
+// ErrForbidden. A url (with an optional key) names one document of the
+// url's upstream. A key alone that is an absolute url is resolved as that
+// url, so that it is held to the upstreams' allow-list; any other key alone
+// names that custom key in every upstream, each its own namespace.
+func (c *Coordinator) ResolveInvalidation(rawURL, key string) ([]Target, error) {
+	switch {
+	case rawURL != "":
+		t, err := c.Resolve(rawURL, key)
+		if err != nil {
+			return nil, err
+		}
+		return []Target{t}, nil
+	case key == "":
+		return nil, invalid("url and key are empty")
+	case strings.HasPrefix(strings.ToLower(key), "http://") || strings.HasPrefix(strings.ToLower(key), "https://"):
+		t, err := c.Resolve(key, "")
+		if err != nil {
+			return nil, err
+		}
+		return []Target{t}, nil
 	}
-	return checkKey(key)
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	ts := make([]Target, len(c.cfg.Upstreams))
+	for i := range c.cfg.Upstreams {
+		up := &c.cfg.Upstreams[i]
+		ts[i] = Target{Key: key, id: cacheID(up.Name, "", key), upstream: up}
+	}
+	return ts, nil
 }
 
 func invalid(format string, args ...any) error {

@@ -50,7 +50,7 @@ func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
 	return &l1Cache{bc: bc, hot: make(map[string]weak.Pointer[Document])}, nil
 }
 
-// Get returns the cached Document for key, or nil.
+// Get returns the cached Document of cache id key, or nil.
 func (l *l1Cache) Get(key string) *Document {
 	l.mu.Lock()
 	if d := l.hot[key].Value(); d != nil {
@@ -63,18 +63,26 @@ func (l *l1Cache) Get(key string) *Document {
 		return nil
 	}
 	d, err := decodeDocument(b)
-	if err != nil || d.Key != key {
+	if err != nil || d.id() != key {
 		return nil
 	}
 	l.remember(d)
 	return d
 }
 
-// Set stores d, whose encoding is enc, under d.Key, replacing any older
-// copy. enc is copied into bigcache; d keeps sharing its own body.
+// Set stores d, whose encoding is enc, under its cache id, replacing any
+// older copy, but not a newer one that is still alive in this process. enc
+// is copied into bigcache; d keeps sharing its own body.
 func (l *l1Cache) Set(d *Document, enc []byte) {
-	if err := l.bc.Set(d.Key, enc); err != nil {
-		l.Delete(d.Key) // too large for a shard: never serve an older copy
+	id := d.id()
+	l.mu.Lock()
+	if cur := l.hot[id].Value(); cur != nil && cur.URL == d.URL && cur.FetchedAt.After(d.FetchedAt) {
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	if err := l.bc.Set(id, enc); err != nil {
+		l.Delete(id) // too large for a shard: never serve an older copy
 		return
 	}
 	l.remember(d)
@@ -89,11 +97,11 @@ func (l *l1Cache) Delete(key string) {
 }
 
 func (l *l1Cache) remember(d *Document) {
-	p := weak.Make(d)
+	p, id := weak.Make(d), d.id()
 	l.mu.Lock()
-	l.hot[d.Key] = p
+	l.hot[id] = p
 	l.mu.Unlock()
-	runtime.AddCleanup(d, l.forget, d.Key)
+	runtime.AddCleanup(d, l.forget, id)
 }
 
 // forget drops key's weak entry once its Document has been collected,

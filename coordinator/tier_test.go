@@ -17,7 +17,7 @@ func TestL1SharesTheFlightsBuffer(t *testing.T) {
 	}
 	defer l1.Close()
 	now := time.Now()
-	d := &Document{Key: "k", StatusCode: 200, FetchedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour), Body: bytes.Repeat([]byte("x"), 100<<10)}
+	d := &Document{Key: "k", URL: "k", StatusCode: 200, FetchedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour), Body: bytes.Repeat([]byte("x"), 100<<10)}
 	l1.Set(d, d.encode())
 	if got := l1.Get("k"); got != d || &got.Body[0] != &d.Body[0] {
 		t.Fatal("hit while the document is alive returned a copy")

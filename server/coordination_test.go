@@ -92,23 +92,71 @@ func TestUpstreamTimeout(t *testing.T) {
 	}
 }
 
-func TestCustomKey(t *testing.T) {
+// TestCustomKeyCannotPoison: a caller-chosen key never answers for
+// another url: not for the url whose canonical form it spells, not for
+// another url sharing the key (even joining at the same moment), and
+// Invalidate by key is held to the allow-list.
+func TestCustomKeyCannotPoison(t *testing.T) {
 	cl := startCluster(t, 2, nil)
-	ctx := context.Background()
-	d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/v1/page"), Key: "page"})
-	if err != nil || d.Meta.GetKey() != "page" {
-		t.Fatalf("%v, %v", err, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	get := func(i int, path, key string) *coorddtest.Doc {
+		t.Helper()
+		d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), Key: key})
+		if err != nil {
+			t.Fatalf("GetOrFetch(%s, key %q): %v", path, key, err)
+		}
+		return d
 	}
-	// Another url under the same key is served the stored document.
-	d, err = coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/v2/page"), Key: "page"})
-	if err != nil || !bytes.Equal(d.Body, cl.up.Body("/v1/page")) {
-		t.Fatalf("%v; want the document stored under the key", err)
+	// A key spelling /b's canonical url, used for /a, is not /b's entry.
+	get(0, "/a", cl.url("/b"))
+	if d := get(1, "/b", ""); !bytes.Equal(d.Body, cl.up.Body("/b")) {
+		t.Fatalf("plain caller of /b got %q...; want /b's body (cache poisoned through key)", d.Body[:40])
 	}
-	if _, err := cl.clients[1].Invalidate(ctx, &coorddv1.InvalidateRequest{Key: "page"}); err != nil {
-		t.Fatal(err)
+	// A key stored by one url is a miss for another.
+	if d := get(0, "/v1/page", "page"); d.Meta.GetKey() != "page" || !bytes.Equal(d.Body, cl.up.Body("/v1/page")) {
+		t.Fatalf("key %q, body of another url", d.Meta.GetKey())
 	}
-	if cl.up.Count("/v2/page") != 0 {
-		t.Fatal("the second url was fetched")
+	if d := get(1, "/v2/page", "page"); !bytes.Equal(d.Body, cl.up.Body("/v2/page")) {
+		t.Fatal("/v2/page with key page got /v1/page's body")
+	}
+	// Two urls with one key at the same moment never share a flight.
+	release := make(chan struct{})
+	cl.up.Set("/x1", fakeupstream.Behavior{Block: release})
+	cl.up.Set("/x2", fakeupstream.Behavior{Block: release})
+	var wg sync.WaitGroup
+	bodies := make([][]byte, 20)
+	errs := make([]error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := coorddtest.Get(ctx, cl.clients[i%2], &coorddv1.GetOrFetchRequest{Url: cl.url(fmt.Sprintf("/x%d", 1+i%2)), Key: "shared"})
+			if d != nil {
+				bodies[i] = d.Body
+			}
+			errs[i] = err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	for i := range 20 {
+		path := fmt.Sprintf("/x%d", 1+i%2)
+		if errs[i] != nil || !bytes.Equal(bodies[i], cl.up.Body(path)) {
+			t.Fatalf("caller %d of %s (key shared): %v, got another url's body or none", i, path, errs[i])
+		}
+	}
+	// Invalidate by key: a url outside every upstream is refused; a url
+	// inside is its document; a bare key is that key in each upstream.
+	if _, err := cl.clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Key: "https://example.com/x"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("Invalidate(key outside) = %v; want PERMISSION_DENIED", err)
+	}
+	if r, err := cl.clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Key: cl.url("/b")}); err != nil || !r.GetExisted() {
+		t.Fatalf("Invalidate(key = /b's url) = %v, %v; want /b's document removed", r, err)
+	}
+	if r, err := cl.clients[1].Invalidate(ctx, &coorddv1.InvalidateRequest{Key: "page"}); err != nil || !r.GetExisted() {
+		t.Fatalf("Invalidate(key page) = %v, %v; want existed", r, err)
 	}
 }
 

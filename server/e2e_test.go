@@ -89,7 +89,7 @@ func (cl *cluster) waitUnlocked(t testing.TB, key string) {
 	t.Helper()
 	rdb := cl.redis.Client(t)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		n, err := rdb.Exists(context.Background(), "coordd:lock:"+key).Result()
+		n, err := rdb.Exists(context.Background(), "coordd:{"+key+"}:lock").Result()
 		if err == nil && n == 0 {
 			return
 		}

@@ -62,7 +62,7 @@ func BenchmarkFollowerLag(b *testing.B) {
 				t := time.NewTicker(200 * time.Millisecond)
 				defer t.Stop()
 				for range t.C {
-					if n, _ := rdb.Exists(ctx, "coordd:doc:"+cl.url(path)).Result(); n == 1 {
+					if n, _ := rdb.Exists(ctx, "coordd:{"+cl.url(path)+"}:doc").Result(); n == 1 {
 						polled[k] = time.Now()
 						return
 					}

@@ -189,25 +189,24 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	return nil
 }
 
-// Invalidate removes a document from L2 and from every instance's L1.
+// Invalidate removes a document from L2 and from every instance's L1. A
+// url names one document (with key: that custom key of the url's
+// upstream); a key alone names that key in every upstream, or, if it is a
+// url, that url's document. Either is held to the upstreams' allow-list.
 func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest) (*coorddv1.InvalidateResponse, error) {
-	key := req.GetKey()
-	if key != "" {
-		if err := coordinator.ResolveKey(key); err != nil {
-			return nil, toStatus(err)
-		}
-	} else {
-		t, err := s.c.Resolve(req.GetUrl(), "")
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		key = t.Key
-	}
-	existed, err := s.c.Invalidate(ctx, key)
+	ts, err := s.c.ResolveInvalidation(req.GetUrl(), req.GetKey())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &coorddv1.InvalidateResponse{Key: key, Existed: existed}, nil
+	resp := &coorddv1.InvalidateResponse{Key: ts[0].Key}
+	for _, t := range ts {
+		existed, err := s.c.Invalidate(ctx, t)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Existed = resp.Existed || existed
+	}
+	return resp, nil
 }
 
 func sourcePB(s coordinator.Source) coorddv1.Source {

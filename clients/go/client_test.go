@@ -202,7 +202,9 @@ func TestGetReassemblesStream(t *testing.T) {
 	up := fakeupstream.New(t)
 	const size = 300 << 10 // five 64 KiB chunks
 	up.Set("/big", fakeupstream.Behavior{Size: size})
-	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	cfg := upstreamConfig(up)
+	cfg.MaxAgeFloor = -1 // no floor: MaxAge(1ms) below must refetch
+	in := coorddtest.Start(t, coorddtest.Options{Config: cfg})
 	c := dial(t, in.Addr)
 
 	var seen []*coorddv1.Progress

@@ -127,7 +127,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := rs.Client(t)
-	if n, _ := rdb.Exists(ctx, "coordd:lock:"+up.URL()+"/slow").Result(); n != 1 {
+	if n, _ := rdb.Exists(ctx, "coordd:{"+up.URL()+"/slow}:lock").Result(); n != 1 {
 		t.Fatalf("fill lock not held during the fetch")
 	}
 	cancel() // SIGTERM
@@ -140,7 +140,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if n, _ := rdb.Exists(context.Background(), "coordd:lock:"+up.URL()+"/slow").Result(); n != 0 {
+	if n, _ := rdb.Exists(context.Background(), "coordd:{"+up.URL()+"/slow}:lock").Result(); n != 0 {
 		t.Fatalf("fill lock still held after shutdown")
 	}
 }
@@ -187,7 +187,7 @@ func TestRedisClusterConfig(t *testing.T) {
 			t.Fatalf("source %v", d.Meta.GetSource())
 		}
 	}
-	n, err := rc.Client(t).Exists(context.Background(), "coordd:doc:"+up.URL()+"/doc").Result()
+	n, err := rc.Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
 	if err != nil || n != 1 {
 		t.Fatalf("document not in the cluster: %d, %v", n, err)
 	}

@@ -1,0 +1,454 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+// Tests of the coordination protocol's hardening: failed writes and lost
+// replies never make followers wait a whole lease, Invalidate fences fills
+// in flight, events are taken only from the leader waited for.
+
+// slowLease makes a lease long enough that a follower woken by its timer
+// instead of a push shows in TimerWakeups, and fails the test.
+func slowLease(c *coordinator.Config) {
+	c.LockTTL = 3 * time.Second
+	c.RedisTimeout = 300 * time.Millisecond
+	c.RedisRetryInterval = 100 * time.Millisecond
+}
+
+// waitLocked waits until someone holds the fill lock of id.
+func (cl *cluster) waitLocked(t *testing.T, id string) {
+	t.Helper()
+	rdb := cl.redis.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		n, err := rdb.Exists(context.Background(), "coordd:{"+id+"}:lock").Result()
+		return err == nil && n == 1
+	})
+}
+
+// TestFailedL2WriteWakesFollowers: the leader's L2 write is refused (OOM
+// under maxmemory noeviction). An OOM is "this write failed", not "Redis
+// is down": no instance degrades, and the followers on the other
+// instances are pushed a release at once instead of waiting out the lease.
+func TestFailedL2WriteWakesFollowers(t *testing.T) {
+	cl := startCluster(t, 3, slowLease)
+	const path = "/oom"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := cl.redis.Client(t)
+	cl.holdFirst(ctx, path, 300*time.Millisecond, func() {
+		if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Error(err)
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+			t.Error(err)
+		}
+	})
+	out := cl.burst(t, ctx, 90, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
+	checkAll(t, out, cl.up.Body(path))
+	cl.checkPushOnly(t)
+	for i, in := range cl.instances {
+		if !in.Coordinator.RedisHealthy() || in.Coordinator.RedisDowns() != 0 {
+			t.Fatalf("instance %d: healthy %v after %d down transitions; want Redis never marked down by an OOM reply",
+				i, in.Coordinator.RedisHealthy(), in.Coordinator.RedisDowns())
+		}
+	}
+	if _, per := totalFetches(cl); per[0]+per[1]+per[2] > 3 {
+		t.Fatalf("upstream fetches per instance %v; want at most one each", per)
+	}
+}
+
+// replyHolder is a TCP proxy in front of Redis that, once armed, holds
+// back the reply to the first command containing every one of match:
+// the command runs, its reply is lost to the client.
+type replyHolder struct {
+	target string
+	match  [][]byte
+	armed  atomic.Bool
+	hold   chan struct{} // closed to let held replies through
+	addr   string
+}
+
+func startReplyHolder(t *testing.T, target string, match ...string) *replyHolder {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyHolder{target: target, hold: make(chan struct{}), addr: ln.Addr().String()}
+	for _, m := range match {
+		p.match = append(p.match, []byte(m))
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(p.hold) }); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+	return p
+}
+
+func (p *replyHolder) pipe(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	var holding atomic.Bool
+	go func() {
+		defer s.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if p.armed.Load() && p.matches(buf[:n]) && p.armed.CompareAndSwap(true, false) {
+				holding.Store(true)
+			}
+			if _, err := s.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if err != nil {
+			return
+		}
+		if holding.Load() {
+			<-p.hold
+		}
+		if _, err := c.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (p *replyHolder) matches(b []byte) bool {
+	for _, m := range p.match {
+		if !bytes.Contains(b, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLostLockReplyStillWakesFollowers: the reply to instance 0's lock
+// request is lost (the command ran; the reply never came back within the
+// timeout), so it leads holding a lock it does not know it has. Its
+// landing still uses the lock's token: the follower on instance 1 is
+// pushed the document, and nobody fetches twice.
+func TestLostLockReplyStillWakesFollowers(t *testing.T) {
+	rs := redistest.Start(t)
+	up := fakeupstream.New(t)
+	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
+	slowLease(&cfg)
+	const path = "/lost-reply"
+	proxy := startReplyHolder(t, rs.Addr(), "lock", path)
+	a := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	ca, cb := a.Dial(t), b.Dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Load the scripts into Redis, so the lock command runs at once.
+	if _, err := coorddtest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/warm"}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	up.Set(path, fakeupstream.Behavior{Block: release})
+	proxy.armed.Store(true)
+	get := func(c coorddv1.CoordinatorServiceClient, who string, out chan<- error) {
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
+		if err == nil && !bytes.Equal(d.Body, up.Body(path)) {
+			err = errShape(who + ": wrong body")
+		}
+		out <- err
+	}
+	leader, follower := make(chan error, 1), make(chan error, 1)
+	go get(ca, "leader", leader)
+	if err := up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	rdb := rs.Client(t)
+	waitFor(t, 10*time.Second, func() bool {
+		keys, _ := rdb.Keys(ctx, "coordd*lock*").Result()
+		return len(keys) == 1 // the lock command ran, its reply lost
+	})
+	go get(cb, "follower", follower)
+	time.Sleep(200 * time.Millisecond) // let the follower subscribe
+	close(release)
+	if err := <-leader; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-follower; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Coordinator.TimerWakeups(); n != 0 {
+		t.Fatalf("the follower was woken by its lease timer (%d); want a push", n)
+	}
+	if got := up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+type errShape string
+
+func (e errShape) Error() string { return string(e) }
+
+// TestInvalidateFencesFillInFlight: a fill that started before Invalidate
+// never lands its older body afterwards, in L1 or L2, on any instance.
+func TestInvalidateFencesFillInFlight(t *testing.T) {
+	cl := startCluster(t, 2, slowLease)
+	const path = "/fenced"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	old, cur := []byte("old body"), []byte("new body")
+	cl.up.SetSequence(path, []fakeupstream.Behavior{{Block: release, Body: old}, {Body: cur}})
+	first := make(chan *coorddtest.Doc, 1)
+	go func() {
+		d, _ := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		first <- d
+	}()
+	if err := cl.up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.clients[1].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(path)}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-first // joined before the invalidation: either body is fine
+	for i, c := range cl.clients {
+		for range 2 {
+			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(d.Body, cur) {
+				t.Fatalf("instance %d after Invalidate: got %q from %v; want %q (a fill from before the invalidation landed)", i, d.Body, d.Meta.GetSource(), cur)
+			}
+		}
+	}
+}
+
+// TestInvalidateWithdrawsFlightsStaleCopy: while a refresh runs, its
+// stale copy is offered to new callers; after Invalidate, it is not.
+func TestInvalidateWithdrawsFlightsStaleCopy(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.Upstreams[0].TTL = time.Minute
+	})
+	const path = "/withdrawn"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	v0, v1, v2 := []byte("v0"), []byte("v1"), []byte("v2")
+	cl.up.SetSequence(path, []fakeupstream.Behavior{{Body: v0}, {Block: release, Body: v1}, {Body: v2}})
+	defer close(release)
+	c := cl.clients[0]
+	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute) // stale
+	if d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil || !d.Meta.GetStale() {
+		t.Fatalf("%v, %v; want the stale copy while the refresh runs", err, d.GetMeta())
+	}
+	if err := cl.up.WaitCount(ctx, path, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(path)}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(d.Body, v2) {
+		t.Fatalf("after Invalidate: got %q (stale %v); want %q, fetched anew", d.Body, d.Meta.GetStale(), v2)
+	}
+}
+
+// TestLateFailFromAnotherLeaderIgnored: a fail event that does not carry
+// the token of the lock the follower waits on (an earlier leader's, sent
+// late) does not fail the follower.
+func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
+	cl := startCluster(t, 2, slowLease)
+	const path = "/late-fail"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := cl.redis.Client(t)
+	cl.holdFirst(ctx, path, 300*time.Millisecond, func() {
+		ev := `{"t":"fail","k":"` + cl.url(path) + `","o":"an-earlier-leader","e":"unavailable","m":"late"}`
+		if err := rdb.Publish(ctx, "coordd:events", ev).Err(); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	})
+	out := cl.burst(t, ctx, 20, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
+	checkAll(t, out, cl.up.Body(path))
+	if got := cl.up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+// TestOlderL2CopyNeverReplacesNewerL1: an instance whose L1 holds a newer
+// copy than L2 (its L2 write was refused) keeps serving the newer one.
+func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.Upstreams[0].TTL = time.Minute
+		c.RefreshCooldown = -1
+		countPerCall(c)
+	})
+	const path = "/newer"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v1, v2 := []byte("v1"), []byte("v2")
+	cl.up.SetSequence(path, []fakeupstream.Behavior{{Body: v1}, {Body: v2}, fakeupstream.Status(503)})
+	c := cl.clients[0]
+	rdb := cl.redis.Client(t)
+	get := func() *coorddtest.Doc {
+		t.Helper()
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	get() // v1 in L1 and L2
+	clk.Advance(2 * time.Minute)
+	// The refresh to v2 lands in L1, but L2 refuses the write.
+	if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: true}); err != nil || !bytes.Equal(d.Body, v2) {
+		t.Fatalf("refresh: %v, %q; want v2", err, d.GetMeta())
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute) // v2 stale too; the next refresh fails
+	if d := get(); !bytes.Equal(d.Body, v2) {
+		t.Fatalf("got %q; want v2", d.Body)
+	}
+	if err := cl.up.WaitCount(ctx, path, 3); err != nil { // the refresh read L2, then failed
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Coordinator.Flights() == 0 })
+	for range 2 {
+		if d := get(); !bytes.Equal(d.Body, v2) {
+			t.Fatalf("got %q (source %v); want v2: the older L2 copy replaced the newer L1 one", d.Body, d.Meta.GetSource())
+		}
+	}
+}
+
+// TestMaxAgeFloor: a max_age under the floor is raised to it, so that
+// callers cannot turn every call into an upstream request.
+func TestMaxAgeFloor(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Now = clk.Now; c.MaxAgeFloor = 10 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 20 {
+		clk.Advance(100 * time.Millisecond)
+		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cl.up.Count("/floor"); got != 1 {
+		t.Fatalf("upstream requests = %d for 20 calls with max_age 1ns within 2s; want 1 (max_age raised to the 10s floor)", got)
+	}
+	clk.Advance(10 * time.Second)
+	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cl.up.Count("/floor"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2 once the copy is older than the floor", got)
+	}
+}
+
+// TestBypassDoesNotQueueAheadOfColdMisses: with the rate limit's queue
+// full of cold misses, callers refusing fresh copies through max_age do
+// not take slots ahead of them: they are refused (or served) at once,
+// and every cold miss is answered.
+func TestBypassDoesNotQueueAheadOfColdMisses(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.MaxAgeFloor = time.Second
+		c.Upstreams[0].Protection.RateLimit = 5
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(2 * time.Second) // the hot copies are fresh, but older than a bypass wants
+	var wg sync.WaitGroup
+	coldErrs := make(chan error, 10)
+	for i := range 10 {
+		wg.Go(func() {
+			_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/cold/" + string(rune('a'+i)))})
+			coldErrs <- err
+		})
+	}
+	// Once the cold misses queue (the 2nd has asked upstream, the rest
+	// wait), the bypassing callers come.
+	waitFor(t, 10*time.Second, func() bool { return cl.up.Total() >= 7 })
+	var bypass []*coorddtest.Doc
+	var mu sync.Mutex
+	for i := range 5 {
+		wg.Go(func() {
+			d, _ := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i))), MaxAge: durationpb.New(time.Second)})
+			mu.Lock()
+			bypass = append(bypass, d)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(coldErrs)
+	for err := range coldErrs {
+		if err != nil {
+			t.Fatalf("cold miss: %v", err)
+		}
+	}
+	hot := 0
+	for _, p := range cl.up.Paths() {
+		if len(p) > 5 && p[:5] == "/hot/" {
+			hot += cl.up.Count(p)
+		}
+	}
+	t.Logf("bypassing callers caused %d upstream requests while 10 cold misses queued", hot-5)
+	if hot-5 > 1 {
+		t.Fatalf("bypassing callers took %d slots while cold misses queued; want at most 1", hot-5)
+	}
+}
