@@ -470,6 +470,7 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 		ContentType: resp.Header.Get("Content-Type"), ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: now, Body: resp.Body,
 	}
+	d.dropBadHeaders()
 	switch {
 	case code/100 == 2:
 		var store bool

@@ -97,7 +97,7 @@ func decodeDocument(b []byte) (*Document, error) {
 		ints[i] = v
 		b = b[k:]
 	}
-	return &Document{
+	d := &Document{
 		Key: fields[0], URL: fields[1], Upstream: fields[2],
 		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],
 		StatusCode: int(ints[0]),
@@ -105,5 +105,7 @@ func decodeDocument(b []byte) (*Document, error) {
 		FreshUntil: time.Unix(0, ints[2]),
 		StaleUntil: time.Unix(0, ints[3]),
 		Body:       b[:len(b):len(b)],
-	}, nil
+	}
+	d.dropBadHeaders() // a copy an older coordd cached unchecked
+	return d, nil
 }

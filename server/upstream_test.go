@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+)
+
+// TestUpstreamHeadersSanitized: an upstream header coordd stores and
+// returns in the metadata (ETag, Content-Type, Last-Modified) that is not
+// valid UTF-8, holds a control character or is longer than 1 KiB is
+// dropped; the document is served to the first caller, from L1 and from
+// L2, and the other headers are kept.
+func TestUpstreamHeadersSanitized(t *testing.T) {
+	cl := startCluster(t, 2, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const (
+		ctype   = "text/html; charset=utf-8"
+		lastMod = "Wed, 21 Oct 2026 07:28:00 GMT"
+	)
+	longTag := `"` + strings.Repeat("a", 1000) + `"`
+	tests := []struct {
+		path                   string
+		header                 string // the header set to value
+		value                  string
+		wantCType, wantLastMod string
+		wantETag               string // "" for the default, checked against the upstream's
+		wantNoETag             bool
+	}{
+		{path: "/etag-latin1", header: "ETag", value: "\"caf\xe9\"", wantCType: ctype, wantLastMod: lastMod, wantNoETag: true},
+		{path: "/etag-control", header: "ETag", value: "\"a\u0085b\"", wantCType: ctype, wantLastMod: lastMod, wantNoETag: true}, // NEL, a C1 control
+		{path: "/etag-huge", header: "ETag", value: `"` + strings.Repeat("x", 5<<20) + `"`, wantCType: ctype, wantLastMod: lastMod, wantNoETag: true},
+		{path: "/etag-long-ok", header: "ETag", value: longTag, wantCType: ctype, wantLastMod: lastMod, wantETag: longTag},
+		{path: "/ctype", header: "Content-Type", value: "text/html; charset=\xff\xfe", wantLastMod: lastMod},
+		{path: "/ctype-huge", header: "Content-Type", value: "text/html; x=" + strings.Repeat("y", 2000), wantLastMod: lastMod},
+		{path: "/lastmod", header: "Last-Modified", value: "Wed, 21 Oct 2026 07:28:00 \x80MT", wantCType: ctype},
+		{path: "/lastmod-utf8", header: "Last-Modified", value: "Mié, 21 Oct 2026", wantCType: ctype, wantLastMod: "Mié, 21 Oct 2026"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.TrimPrefix(tt.path, "/"), func(t *testing.T) {
+			b := fakeupstream.Behavior{}.WithHeader("Last-Modified", lastMod)
+			b.Header.Set(tt.header, tt.value)
+			cl.up.Set(tt.path, b)
+			wantETag := tt.wantETag
+			if wantETag == "" && !tt.wantNoETag {
+				wantETag = cl.up.ETag(tt.path)
+			}
+			for i, step := range []struct {
+				instance int
+				source   coorddv1.Source
+			}{{0, coorddv1.Source_SOURCE_UPSTREAM}, {0, coorddv1.Source_SOURCE_L1}, {1, coorddv1.Source_SOURCE_L2}} {
+				d, err := coorddtest.Get(ctx, cl.clients[step.instance], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				if err != nil {
+					t.Fatalf("call %d (instance %d): %v", i+1, step.instance, err)
+				}
+				m := d.Meta
+				if !bytes.Equal(d.Body, cl.up.Body(tt.path)) || m.GetStatusCode() != 200 || m.GetSource() != step.source {
+					t.Fatalf("call %d: status %d, source %v, %d bytes; want 200 from %v with the body", i+1, m.GetStatusCode(), m.GetSource(), len(d.Body), step.source)
+				}
+				for _, f := range []struct{ name, got, want string }{
+					{"etag", m.GetEtag(), wantETag},
+					{"content_type", m.GetContentType(), tt.wantCType},
+					{"last_modified", m.GetLastModified(), tt.wantLastMod},
+				} {
+					if f.got != f.want || !utf8.ValidString(f.got) {
+						t.Errorf("call %d: %s = %.40q (%d bytes); want %.40q", i+1, f.name, f.got, len(f.got), f.want)
+					}
+				}
+			}
+			if got := cl.up.Count(tt.path); got != 1 {
+				t.Errorf("upstream requests = %d; want 1", got)
+			}
+		})
+	}
+}
+
+// TestDroppedETagNotSentBack: an expired copy whose ETag was dropped is
+// revalidated without If-None-Match (a repaired ETag would not match the
+// upstream's) and with If-Modified-Since.
+func TestDroppedETagNotSentBack(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Now = clk.Now })
+	const lastMod = "Wed, 21 Oct 2026 07:28:00 GMT"
+	cl.up.Set("/p", fakeupstream.Behavior{ETag: "\"caf\xe9\""}.WithHeader("Last-Modified", lastMod))
+	ctx := context.Background()
+	for _, noStale := range []bool{false, true} { // the second waits for the revalidation
+		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p"), NoStale: noStale}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(11 * time.Minute) // past the 10m TTL
+	}
+	h := cl.up.LastHeader("/p")
+	if got := cl.up.Count("/p"); got != 2 {
+		t.Fatalf("upstream requests = %d; want 2", got)
+	}
+	if got, ok := h["If-None-Match"]; ok {
+		t.Errorf("If-None-Match = %q; want none", got)
+	}
+	if got := h.Get("If-Modified-Since"); got != lastMod {
+		t.Errorf("If-Modified-Since = %q; want %q", got, lastMod)
+	}
+}
