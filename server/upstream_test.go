@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
@@ -156,6 +160,87 @@ func TestHugeRetryAfterBacksOff(t *testing.T) {
 			}
 			if waited < 59*time.Minute {
 				t.Errorf("reported wait %v; want about the 1h retry_after_cap", waited)
+			}
+		})
+	}
+}
+
+// TestCacheControlStaleServing: once a copy is past its fresh lifetime
+// and the upstream fails, a must-revalidate (or proxy-revalidate) copy is
+// not served stale, neither from L1 (stale-while-revalidate) nor from L2
+// (stale-if-error): the call fails UNAVAILABLE. A no-cache copy is served
+// only by stale-if-error; a plain one by either.
+func TestCacheControlStaleServing(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 2, func(c *coordinator.Config) {
+		countPerCall(c)
+		c.Now = clk.Now
+		c.Upstreams[0].StaleTTL = time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		path, cc  string
+		wantStale bool // served stale; else UNAVAILABLE
+	}{
+		{"/plain", "max-age=120", true},
+		{"/must-revalidate", "max-age=120, must-revalidate", false},
+		{"/proxy-revalidate", "proxy-revalidate, max-age=120", false},
+		{"/no-cache", "no-cache", true},
+		{"/no-cache-must-revalidate", "no-cache, must-revalidate", false},
+	}
+	for _, tt := range tests {
+		cl.up.Set(tt.path, fakeupstream.Behavior{}.WithHeader("Cache-Control", tt.cc))
+		// Instance 0 holds the copy in L1; instance 1 finds it in L2.
+		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)}); err != nil {
+			t.Fatalf("%s: %v", tt.path, err)
+		}
+	}
+	clk.Advance(3 * time.Minute) // past every fresh lifetime, inside the stale window
+	for _, tt := range tests {
+		t.Run(strings.TrimPrefix(tt.path, "/"), func(t *testing.T) {
+			cl.up.Set(tt.path, fakeupstream.Status(503))
+			for i := range cl.clients {
+				d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				switch {
+				case tt.wantStale && (err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body(tt.path))):
+					t.Errorf("instance %d: %v, %v; want the stale copy", i, err, d.GetMeta())
+				case !tt.wantStale && status.Code(err) != codes.Unavailable:
+					t.Errorf("instance %d: %v, %v; want UNAVAILABLE", i, err, d.GetMeta())
+				}
+				cl.waitUnlocked(t, cl.url(tt.path)) // a background revalidation has ended
+			}
+		})
+	}
+}
+
+// TestNoCacheRevalidatedEveryCall: a copy the upstream marks no-cache,
+// max-age=0 or s-maxage=0 is revalidated before every use, on every
+// instance, with a conditional request: each call reaches the upstream
+// with If-None-Match, gets a 304, and is served the body fresh.
+func TestNoCacheRevalidatedEveryCall(t *testing.T) {
+	cl := startCluster(t, 2, countPerCall)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, cc := range []string{"no-cache", "max-age=0", "s-maxage=0, max-age=600", "no-cache, must-revalidate"} {
+		path := fmt.Sprintf("/nc%d", i)
+		t.Run(cc, func(t *testing.T) {
+			cl.up.Set(path, fakeupstream.Behavior{Conditional: true}.WithHeader("Cache-Control", cc))
+			for call, in := range []int{0, 0, 1, 1, 0} {
+				d, err := coorddtest.Get(ctx, cl.clients[in], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+				if err != nil {
+					t.Fatalf("call %d: %v", call+1, err)
+				}
+				if d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM || !bytes.Equal(d.Body, cl.up.Body(path)) {
+					t.Errorf("call %d: %v; want a fresh upstream copy with the body", call+1, d.Meta)
+				}
+				if got := cl.up.Count(path); got != call+1 {
+					t.Fatalf("call %d: upstream requests = %d; want %d", call+1, got, call+1)
+				}
+				inm := cl.up.LastHeader(path).Get("If-None-Match")
+				if want := cl.up.ETag(path); call > 0 && inm != want {
+					t.Errorf("call %d: If-None-Match = %q; want %q", call+1, inm, want)
+				}
 			}
 		})
 	}
