@@ -205,8 +205,8 @@ type GetOptions struct {
 // Get returns t's document from L1, L2 or the upstream. A stale copy is
 // served at once and refreshed in the background (stale-while-revalidate),
 // and served instead of an upstream error (stale-if-error), unless
-// opt.NoStale. When ctx ends the call returns ctx.Err() and leaves its
-// flight, which goes on filling the cache.
+// opt.NoStale or the copy's Revalidation forbids it. When ctx ends the call
+// returns ctx.Err() and leaves its flight, which goes on filling the cache.
 func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Result, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
@@ -228,7 +228,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 			return &Result{Doc: d, Source: SourceL1}, nil
 		}
 		seed = d
-		if !opt.NoStale && recent(d) && !d.Fresh(now) {
+		if !opt.NoStale && recent(d) && d.ServeStaleWhileRevalidate(now) {
 			if !c.coolingDown(t.id, now) {
 				c.join(context.Background(), t, seed, time.Time{}) // revalidate in the background
 			}
@@ -267,13 +267,13 @@ func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent 
 				return s.res, nil, false
 			case s.err == nil:
 				return nil, nil, true
-			case s.res != nil && !noStale && recent(s.res.Doc):
+			case s.res != nil && !noStale && recent(s.res.Doc) && s.res.Doc.ServeStaleIfError(c.cfg.Now()):
 				report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-if-error: " + s.err.Error()})
 				return s.res, nil, false
 			}
 			return nil, s.err, false
 		}
-		if s.stale != nil && !noStale && recent(s.stale.Doc) {
+		if s.stale != nil && !noStale && recent(s.stale.Doc) && s.stale.Doc.ServeStaleWhileRevalidate(c.cfg.Now()) {
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return s.stale, nil, false
 		}
@@ -541,11 +541,11 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	case code == http.StatusNotModified && stale != nil:
 		// Revalidated: the stale body is fresh again, without a transfer.
 		old := stale.Doc
-		fresh, staleUntil, store := up.lifetime(resp.Header, now)
+		fresh, staleUntil, rv, store := up.lifetime(resp.Header, now)
 		return &Document{
 			Key: t.Key, URL: t.URL, Upstream: up.Name, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
-			FetchedAt: now, FreshUntil: fresh, StaleUntil: staleUntil, Body: old.Body,
+			FetchedAt: now, FreshUntil: fresh, StaleUntil: staleUntil, Revalidation: rv, Body: old.Body,
 		}, store, nil
 	case code >= 500 || code == http.StatusTooManyRequests:
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
@@ -555,10 +555,11 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 		ContentType: resp.Header.Get("Content-Type"), ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: now, Body: resp.Body,
 	}
+	d.dropBadHeaders()
 	switch {
 	case code/100 == 2:
 		var store bool
-		d.FreshUntil, d.StaleUntil, store = up.lifetime(resp.Header, now)
+		d.FreshUntil, d.StaleUntil, d.Revalidation, store = up.lifetime(resp.Header, now)
 		return d, store, nil
 	case code == http.StatusNotFound || code == http.StatusGone:
 		d.FreshUntil, d.StaleUntil = now.Add(up.NegativeTTL), now.Add(up.NegativeTTL)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"encoding/binary"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -20,7 +21,8 @@ type Document struct {
 	LastModified string
 	FetchedAt    time.Time // when the upstream answered (or last revalidated)
 	FreshUntil   time.Time // served as fresh until then
-	StaleUntil   time.Time // served as stale until then; dropped after
+	StaleUntil   time.Time // usable stale until then, as Revalidation allows; dropped after
+	Revalidation Revalidation
 	Body         []byte
 
 	memoOnce sync.Once
@@ -38,8 +40,55 @@ func (d *Document) Memo(build func(*Document) any) any {
 // Fresh reports whether d is fresh at now.
 func (d *Document) Fresh(now time.Time) bool { return now.Before(d.FreshUntil) }
 
-// Usable reports whether d may still be served, fresh or stale, at now.
+// Usable reports whether d may still be used at now: served fresh, or
+// stale as Revalidation allows (see ServeStaleWhileRevalidate and
+// ServeStaleIfError), or revalidated with a conditional request.
 func (d *Document) Usable(now time.Time) bool { return now.Before(d.StaleUntil) }
+
+// ServeStaleWhileRevalidate reports whether d, if usable, may be served at
+// now while a newer copy is fetched: it is fresh, or its Cache-Control
+// allows serving it stale (RevalidateInBackground).
+func (d *Document) ServeStaleWhileRevalidate(now time.Time) bool {
+	return d.Fresh(now) || d.Revalidation == RevalidateInBackground
+}
+
+// ServeStaleIfError reports whether d, if usable, may be served at now
+// instead of an upstream error: it is fresh, or its Cache-Control allows
+// serving it stale (anything but RevalidateStrictly).
+func (d *Document) ServeStaleIfError(now time.Time) bool {
+	return d.Fresh(now) || d.Revalidation != RevalidateStrictly
+}
+
+// Revalidation is what the upstream's Cache-Control allows of a Document
+// once it is stale: past FreshUntil, before StaleUntil.
+type Revalidation uint8
+
+const (
+	// RevalidateInBackground: a stale copy is served at once while it is
+	// revalidated (stale-while-revalidate), and instead of an upstream
+	// error (stale-if-error). The default.
+	RevalidateInBackground Revalidation = iota
+	// RevalidateBeforeUse (no-cache, max-age=0, s-maxage=0): a stale copy
+	// is revalidated before it is served, and served stale only instead of
+	// an upstream error.
+	RevalidateBeforeUse
+	// RevalidateStrictly (must-revalidate, proxy-revalidate): a stale copy
+	// is never served; it is kept only to be revalidated with a
+	// conditional request.
+	RevalidateStrictly
+)
+
+func (r Revalidation) String() string {
+	switch r {
+	case RevalidateInBackground:
+		return "in-background"
+	case RevalidateBeforeUse:
+		return "before-use"
+	case RevalidateStrictly:
+		return "strictly"
+	}
+	return "Revalidation(" + strconv.Itoa(int(r)) + ")"
+}
 
 // Age is how long ago the upstream answered.
 func (d *Document) Age(now time.Time) time.Duration {
@@ -49,15 +98,19 @@ func (d *Document) Age(now time.Time) time.Duration {
 	return 0
 }
 
-const docVersion = 1
+// docVersion is the encoding's version. Version 2 added Revalidation;
+// version 1 copies, cached by an older coordd, still decode (as
+// RevalidateInBackground).
+const docVersion = 2
 
 var errBadEncoding = errors.New("coordinator: bad document encoding")
 
 // encode serialises d for L1 and L2: a version byte, length-prefixed
-// fields, then the body as the rest. Hand-rolled rather than JSON or gob so
-// that the body is neither base64-encoded nor copied more than once.
+// strings, varint integers and times, Revalidation, then the body as the
+// rest. Hand-rolled rather than JSON or gob so that the body is neither
+// base64-encoded nor copied more than once.
 func (d *Document) encode() []byte {
-	n := 1 + 6*binary.MaxVarintLen64 + 4*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
+	n := 1 + 6*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
 		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Body) + 8*binary.MaxVarintLen64
 	b := make([]byte, 0, n)
 	b = append(b, docVersion)
@@ -69,15 +122,17 @@ func (d *Document) encode() []byte {
 	b = binary.AppendVarint(b, d.FetchedAt.UnixNano())
 	b = binary.AppendVarint(b, d.FreshUntil.UnixNano())
 	b = binary.AppendVarint(b, d.StaleUntil.UnixNano())
+	b = binary.AppendUvarint(b, uint64(d.Revalidation))
 	return append(b, d.Body...)
 }
 
 // decodeDocument parses b. The returned Document's Body aliases b, so b must
 // not be modified afterwards.
 func decodeDocument(b []byte) (*Document, error) {
-	if len(b) == 0 || b[0] != docVersion {
+	if len(b) == 0 || (b[0] != 1 && b[0] != docVersion) {
 		return nil, errBadEncoding
 	}
+	version := b[0]
 	b = b[1:]
 	var fields [6]string
 	for i := range fields {
@@ -97,13 +152,25 @@ func decodeDocument(b []byte) (*Document, error) {
 		ints[i] = v
 		b = b[k:]
 	}
-	return &Document{
+	rv := RevalidateInBackground
+	if version >= 2 {
+		v, k := binary.Uvarint(b)
+		if k <= 0 || v > uint64(RevalidateStrictly) {
+			return nil, errBadEncoding
+		}
+		rv = Revalidation(v)
+		b = b[k:]
+	}
+	d := &Document{
 		Key: fields[0], URL: fields[1], Upstream: fields[2],
 		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],
-		StatusCode: int(ints[0]),
-		FetchedAt:  time.Unix(0, ints[1]),
-		FreshUntil: time.Unix(0, ints[2]),
-		StaleUntil: time.Unix(0, ints[3]),
-		Body:       b[:len(b):len(b)],
-	}, nil
+		StatusCode:   int(ints[0]),
+		FetchedAt:    time.Unix(0, ints[1]),
+		FreshUntil:   time.Unix(0, ints[2]),
+		StaleUntil:   time.Unix(0, ints[3]),
+		Revalidation: rv,
+		Body:         b[:len(b):len(b)],
+	}
+	d.dropBadHeaders() // a copy an older coordd cached unchecked
+	return d, nil
 }

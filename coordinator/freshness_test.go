@@ -9,43 +9,96 @@ import (
 func TestLifetime(t *testing.T) {
 	up := &Upstream{TTL: 10 * time.Minute, StaleTTL: time.Hour}
 	up.Protection.MinTTL, up.Protection.MaxTTL = time.Minute, 24*time.Hour
+	noStaleWindow := *up
+	noStaleWindow.StaleTTL = 0
 	now := time.Unix(1_800_000_000, 0)
+	const (
+		background = RevalidateInBackground
+		beforeUse  = RevalidateBeforeUse
+		strictly   = RevalidateStrictly
+	)
 	for _, tc := range []struct {
 		cc        []string
+		up        *Upstream // default: up
 		fresh     time.Duration
+		wantRV    Revalidation
 		wantStore bool
 	}{
-		{nil, 10 * time.Minute, true},
-		{[]string{"public"}, 10 * time.Minute, true},
-		{[]string{"max-age=3600"}, time.Hour, true},
-		{[]string{"public, max-age=7200, must-revalidate"}, 2 * time.Hour, true},
-		{[]string{`max-age="120"`}, 2 * time.Minute, true},
-		{[]string{"max-age=5"}, time.Minute, true},            // raised to min_ttl
-		{[]string{"max-age=999999999"}, 24 * time.Hour, true}, // lowered to max_ttl
-		{[]string{"max-age=600, s-maxage=1200"}, 20 * time.Minute, true},
-		{[]string{"s-maxage=1200", "max-age=600"}, 20 * time.Minute, true},
-		{[]string{"no-cache, max-age=3600"}, time.Minute, true}, // revalidate: as soon as allowed
-		{[]string{"max-age=bogus"}, 10 * time.Minute, true},
-		{[]string{"max-age=-1"}, 10 * time.Minute, true},
-		{[]string{"no-store"}, 0, false},
-		{[]string{"max-age=3600", "No-Store"}, 0, false},
-		{[]string{"private, max-age=60"}, 0, false},
+		{nil, nil, 10 * time.Minute, background, true},
+		{[]string{"public"}, nil, 10 * time.Minute, background, true},
+		{[]string{"max-age=3600"}, nil, time.Hour, background, true},
+		{[]string{`max-age="120"`}, nil, 2 * time.Minute, background, true},
+		{[]string{"max-age=5"}, nil, time.Minute, background, true},            // raised to min_ttl
+		{[]string{"max-age=999999999"}, nil, 24 * time.Hour, background, true}, // lowered to max_ttl
+		{[]string{"max-age=600, s-maxage=1200"}, nil, 20 * time.Minute, background, true},
+		{[]string{"s-maxage=1200", "max-age=600"}, nil, 20 * time.Minute, background, true},
+		{[]string{"max-age=bogus"}, nil, 10 * time.Minute, background, true},
+		{[]string{"max-age=-1"}, nil, 10 * time.Minute, background, true},
+		// Revalidate before every use: fresh for 0, not raised to min_ttl;
+		// kept for the stale window, for conditional revalidation.
+		{[]string{"no-cache"}, nil, 0, beforeUse, true},
+		{[]string{"No-Cache, max-age=3600"}, nil, 0, beforeUse, true},
+		{[]string{"max-age=0"}, nil, 0, beforeUse, true},
+		{[]string{"s-maxage=0, max-age=3600"}, nil, 0, beforeUse, true},
+		{[]string{"max-age=0, s-maxage=60"}, nil, time.Minute, background, true}, // s-maxage overrides
+		{[]string{`no-cache="Set-Cookie"`}, nil, 10 * time.Minute, background, true},
+		{[]string{"max-age=0"}, &noStaleWindow, 0, beforeUse, false}, // nothing to keep
+		// Never served stale.
+		{[]string{"public, max-age=7200, must-revalidate"}, nil, 2 * time.Hour, strictly, true},
+		{[]string{"proxy-revalidate"}, nil, 10 * time.Minute, strictly, true},
+		{[]string{"max-age=0", "must-revalidate"}, nil, 0, strictly, true},
+		{[]string{"no-cache, must-revalidate"}, nil, 0, strictly, true},
+		// Not stored.
+		{[]string{"no-store"}, nil, 0, background, false},
+		{[]string{"max-age=3600", "No-Store"}, nil, 0, background, false},
+		{[]string{"private, max-age=60"}, nil, 0, background, false},
+		{[]string{"no-store, must-revalidate"}, nil, 0, background, false},
 	} {
+		u := tc.up
+		if u == nil {
+			u = up
+		}
 		h := http.Header{}
 		for _, v := range tc.cc {
 			h.Add("Cache-Control", v)
 		}
-		fresh, stale, store := up.lifetime(h, now)
-		if store != tc.wantStore || fresh.Sub(now) != tc.fresh {
-			t.Errorf("Cache-Control %q: fresh %v, store %v; want %v, %v", tc.cc, fresh.Sub(now), store, tc.fresh, tc.wantStore)
+		fresh, stale, rv, store := u.lifetime(h, now)
+		if store != tc.wantStore || fresh.Sub(now) != tc.fresh || rv != tc.wantRV {
+			t.Errorf("Cache-Control %q: fresh %v, %v, store %v; want %v, %v, %v", tc.cc, fresh.Sub(now), rv, store, tc.fresh, tc.wantRV, tc.wantStore)
 			continue
 		}
-		wantStale := tc.fresh + up.StaleTTL
+		wantStale := tc.fresh + u.StaleTTL
 		if !store {
 			wantStale = 0
 		}
 		if stale.Sub(now) != wantStale {
 			t.Errorf("Cache-Control %q: stale until +%v; want +%v", tc.cc, stale.Sub(now), wantStale)
+		}
+	}
+}
+
+func TestServeStale(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		rv          Revalidation
+		fresh       bool
+		wantSWR     bool
+		wantIfError bool
+	}{
+		{RevalidateInBackground, false, true, true},
+		{RevalidateBeforeUse, false, false, true},
+		{RevalidateStrictly, false, false, false},
+		{RevalidateStrictly, true, true, true}, // a fresh copy is served whatever its policy
+	} {
+		d := &Document{Revalidation: tc.rv, FreshUntil: now, StaleUntil: now.Add(time.Hour)}
+		if tc.fresh {
+			d.FreshUntil = now.Add(time.Minute)
+		}
+		if got := d.ServeStaleWhileRevalidate(now); got != tc.wantSWR {
+			t.Errorf("%v, fresh %v: ServeStaleWhileRevalidate = %v; want %v", tc.rv, tc.fresh, got, tc.wantSWR)
+		}
+		if got := d.ServeStaleIfError(now); got != tc.wantIfError {
+			t.Errorf("%v, fresh %v: ServeStaleIfError = %v; want %v", tc.rv, tc.fresh, got, tc.wantIfError)
 		}
 	}
 }

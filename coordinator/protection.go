@@ -46,10 +46,11 @@ type Protection struct {
 	Retry RetryPolicy
 	// Breaker configures the circuit breaker.
 	Breaker BreakerPolicy
-	// MinTTL and MaxTTL bound the fresh lifetime that the upstream's
-	// Cache-Control (s-maxage, max-age) sets; without one, the upstream's
-	// TTL applies. no-store and private answers are delivered but not
-	// cached. Defaults: 1m and 24h.
+	// MinTTL and MaxTTL bound a positive fresh lifetime that the
+	// upstream's Cache-Control (s-maxage, max-age) sets; a zero one
+	// (max-age=0, no-cache) stays zero; without one, the upstream's TTL
+	// applies. no-store and private answers are delivered but not cached.
+	// Defaults: 1m and 24h.
 	MinTTL, MaxTTL time.Duration
 }
 

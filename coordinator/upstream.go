@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -136,13 +138,23 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// parseRetryAfter reads a Retry-After header in seconds or as an HTTP date.
+// maxRetryAfterSecs bounds a Retry-After in seconds before it becomes a
+// Duration, which would overflow (negative: no backoff at all) past about
+// 292 years. Callers cap it far lower anyway (Protection.RetryAfterCap).
+const maxRetryAfterSecs = 1 << 31
+
+// parseRetryAfter reads a Retry-After header: delay-seconds (digits only;
+// too many seconds are clamped to maxRetryAfterSecs) or an HTTP date.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	var secs int64
-	if _, err := fmt.Sscanf(v, "%d", &secs); err == nil && secs >= 0 {
+	if strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || secs > maxRetryAfterSecs { // err: out of range, as v is all digits
+			secs = maxRetryAfterSecs
+		}
 		return time.Duration(secs) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
