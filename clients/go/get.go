@@ -76,10 +76,17 @@ func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, p
 	if err != nil {
 		return nil, err
 	}
+	return receive(st.RecvMsg, progress)
+}
+
+// receive reassembles a document from the messages recvMsg stores, through
+// recvCodec, into a *response, until it returns io.EOF.
+func receive(recvMsg func(any) error, progress func(*coorddv1.Progress)) (*Document, error) {
 	d := &Document{}
+	var r response
 	for {
-		var r response
-		err := st.RecvMsg(&r)
+		r = response{}
+		err := recvMsg(&r)
 		if errors.Is(err, io.EOF) {
 			break
 		}
