@@ -134,8 +134,9 @@ type benchMode struct {
 
 // runModes runs each mode as a sub-benchmark, with MB/s and allocs/op,
 // and reports for every mode after the first its speed and allocations
-// against the first: x-speed 2 is twice as fast, x-allocs 0.5 half the
-// allocations.
+// against the first mode's latest run: x-speed 2 is twice as fast,
+// x-allocs 0.5 half the allocations. On a busy machine, compare the
+// medians of -count runs rather than one ratio.
 func runModes(b *testing.B, size int, modes ...benchMode) {
 	var base struct{ nsPerOp, allocsPerOp float64 }
 	for i, mode := range modes {
