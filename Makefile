@@ -84,6 +84,7 @@ run:
 # asserts nothing about speed.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./server/ ./coordinator/
+	$(GO) test -run '^$$' -bench . -benchmem ./clients/go/
 
 # soak repeats the concurrency and fault tests many times under -race.
 soak: deps

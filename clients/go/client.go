@@ -48,8 +48,9 @@ var (
 	ErrCircuitOpen = fmt.Errorf("%w; circuit breaker open", ErrUnreachable)
 	// ErrBadStream reports a GetOrFetch stream that broke the protocol:
 	// progress after metadata, a second metadata, a chunk before metadata,
-	// no metadata, or a body whose length differs from the metadata's size.
-	// It is not retried.
+	// no metadata, a negative size, or a body whose length differs from the
+	// metadata's size (a body longer than that fails as soon as its excess
+	// arrives). It is not retried.
 	ErrBadStream = errors.New("coordd: malformed GetOrFetch stream")
 )
 
@@ -107,7 +108,10 @@ func WithBreakerPolicy(p BreakerPolicy) Option {
 
 // WithDialOptions appends gRPC dial options after the Client's own, so they
 // win: transport credentials (the default is insecure, for a coordd on a
-// private network), a resolver, interceptors.
+// private network), a resolver, interceptors. A stream interceptor sees
+// GetOrFetch's received messages as values of an unexported type, not
+// *coorddv1.GetOrFetchResponse: Get decodes chunks itself, copying their
+// data straight into the document's body.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }

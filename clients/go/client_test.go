@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
@@ -587,4 +589,121 @@ func TestDeadlines(t *testing.T) {
 			t.Errorf("attempts = %d; want 1", n)
 		}
 	})
+}
+
+func TestGetBodySizes(t *testing.T) {
+	up := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	c := dial(t, in.Addr)
+	tests := []struct {
+		name string
+		size int
+	}{
+		{"empty", 0},
+		{"one byte", 1},
+		{"one chunk", 64 << 10},
+		{"one chunk and a byte", 64<<10 + 1},
+		{"1 MiB", 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := fmt.Sprintf("/size/%d", tt.size)
+			want := fakeupstream.SizedBody(path, tt.size)
+			up.Set(path, fakeupstream.Behavior{Body: want})
+			for _, tier := range []string{"upstream", "cache"} {
+				doc, err := c.Get(context.Background(), up.URL()+path)
+				if err != nil {
+					t.Fatalf("%s: Get: %v", tier, err)
+				}
+				if !bytes.Equal(doc.Body, want) {
+					t.Errorf("%s: body of %d bytes differs from the upstream's %d", tier, len(doc.Body), len(want))
+				}
+				if got := doc.Metadata.GetSize(); got != int64(tt.size) {
+					t.Errorf("%s: metadata size = %d; want %d", tier, got, tt.size)
+				}
+				if cap(doc.Body) != tt.size {
+					t.Errorf("%s: body capacity = %d; want %d, allocated once from the metadata", tier, cap(doc.Body), tt.size)
+				}
+			}
+		})
+	}
+}
+
+// sendRaw sends the metadata of a document of size bytes, then chunks
+// until more than n bytes went, or, for n < 0, until the client gives up.
+func sendRaw(size int64, n int) step {
+	return func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		if err := st.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: &coorddv1.Metadata{StatusCode: 200, Size: size}}}); err != nil {
+			return err
+		}
+		data := bytes.Repeat([]byte("x"), 1024)
+		for sent := 0; n < 0 || sent < n; sent += len(data) {
+			if err := st.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: data}}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestLyingStream checks that a stream whose body does not match its
+// metadata fails with ErrBadStream, and that one sending more than the
+// size announced fails at once rather than when it ends, if ever.
+func TestLyingStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		step   step
+		detail string // in the error
+	}{
+		{"more than the size, then ends", sendRaw(2048, 4096), "exceeds"},
+		{"more than the size, endless", sendRaw(2048, -1), "exceeds"},
+		{"empty document, endless", sendRaw(0, -1), "exceeds"},
+		{"negative size, endless", sendRaw(-1, -1), "size -1"},
+		{"huge size, short body", sendRaw(1<<62, 4096), "body is 4096 bytes"},
+		{"less than the size", sendRaw(8192, 4096), "body is 4096 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := startFake(t, tt.step)
+			// The deadline only bounds a failing test.
+			c := dial(t, f.addr, coordd.WithTimeout(5*time.Second))
+			_, err := c.Get(context.Background(), "https://docs.example/x")
+			if !errors.Is(err, coordd.ErrBadStream) || !strings.Contains(err.Error(), tt.detail) {
+				t.Fatalf("err = %v; want ErrBadStream saying %q", err, tt.detail)
+			}
+			if n := f.calls.Load(); n != 1 {
+				t.Errorf("attempts = %d; want 1", n)
+			}
+		})
+	}
+}
+
+// TestChunkOfAnotherShape checks that chunk messages shaped otherwise than
+// coordd's own (empty, or with a field this client does not know) are
+// decoded as protobuf.
+func TestChunkOfAnotherShape(t *testing.T) {
+	withUnknown := &coorddv1.Chunk{Data: []byte("cdef")}
+	withUnknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.VarintType), 1))
+	f := startFake(t, func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		for _, m := range []*coorddv1.GetOrFetchResponse{
+			{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: &coorddv1.Metadata{StatusCode: 200, Size: 8}}},
+			{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: []byte("ab")}}},
+			{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{}}},
+			{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: withUnknown}},
+			{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: []byte("gh")}}},
+		} {
+			if err := st.Send(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	c := dial(t, f.addr)
+	doc, err := c.Get(context.Background(), "https://docs.example/x")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got, want := string(doc.Body), "abcdefgh"; got != want {
+		t.Errorf("body = %q; want %q", got, want)
+	}
 }

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 )
 
 // maxPrealloc bounds the body buffer allocated up front from the size the
-// metadata announces; a larger body grows as chunks arrive.
+// metadata announces, so that a size no body follows costs at most this
+// much; a larger body grows as its chunks arrive.
 const maxPrealloc = 16 << 20
 
 // Document is a document reassembled from a GetOrFetch stream.
@@ -61,21 +64,41 @@ func (c *Client) Get(ctx context.Context, url string, opts ...CallOption) (*Docu
 
 // getOnce makes one GetOrFetch attempt and reassembles its stream. The
 // stream is cancelled on return, so an early return leaks nothing.
+//
+// The body is allocated once, from the size the metadata announces (up to
+// maxPrealloc), and each chunk's data is copied straight into it from
+// gRPC's receive buffers (see recvCodec). A stream that sends more than
+// the announced size fails as soon as it does.
 func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, progress func(*coorddv1.Progress)) (*Document, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := c.api.GetOrFetch(ctx, req)
+	st, err := c.api.GetOrFetch(ctx, req, recvCodecOption)
 	if err != nil {
 		return nil, err
 	}
+	return receive(st.RecvMsg, progress)
+}
+
+// receive reassembles a document from the messages recvMsg stores, through
+// recvCodec, into a *response, until it returns io.EOF.
+func receive(recvMsg func(any) error, progress func(*coorddv1.Progress)) (*Document, error) {
 	d := &Document{}
+	var r response
 	for {
-		m, err := st.Recv()
+		r = response{}
+		err := recvMsg(&r)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			r.raw.Free()
 			return nil, err
+		}
+		m := r.msg
+		if r.raw != nil {
+			if m, err = d.appendChunk(r.raw); err != nil {
+				return nil, err
+			}
 		}
 		switch ev := m.GetEvent().(type) {
 		case *coorddv1.GetOrFetchResponse_Progress:
@@ -90,13 +113,16 @@ func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, p
 			if d.Metadata != nil {
 				return nil, badStream("second metadata")
 			}
-			d.Metadata = ev.Metadata
-			d.Body = make([]byte, 0, min(max(ev.Metadata.GetSize(), 0), maxPrealloc))
-		case *coorddv1.GetOrFetchResponse_Chunk:
-			if d.Metadata == nil {
-				return nil, badStream("chunk before metadata")
+			size := ev.Metadata.GetSize()
+			if size < 0 {
+				return nil, badStream(fmt.Sprintf("metadata says size %d", size))
 			}
-			d.Body = append(d.Body, ev.Chunk.GetData()...)
+			d.Metadata = ev.Metadata
+			d.Body = make([]byte, 0, min(size, maxPrealloc))
+		case *coorddv1.GetOrFetchResponse_Chunk:
+			if err := d.appendData(ev.Chunk.GetData()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	switch {
@@ -106,6 +132,60 @@ func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, p
 		return nil, badStream(fmt.Sprintf("body is %d bytes; metadata says %d", len(d.Body), d.Metadata.GetSize()))
 	}
 	return d, nil
+}
+
+// appendChunk appends the data of raw, a chunk message in wire form, to
+// d's body, and frees raw. It returns nil, or, for a message of another
+// shape than coordd's chunks, the message decoded as protobuf, for the
+// caller to handle instead.
+func (d *Document) appendChunk(raw mem.BufferSlice) (*coorddv1.GetOrFetchResponse, error) {
+	defer raw.Free()
+	off, n, ok := chunkData(raw)
+	if !ok {
+		m := new(coorddv1.GetOrFetchResponse)
+		if err := proto.Unmarshal(raw.Materialize(), m); err != nil {
+			return nil, badStream(fmt.Sprintf("undecodable message: %v", err))
+		}
+		return m, nil
+	}
+	body, err := d.grow(n)
+	if err != nil {
+		return nil, err
+	}
+	copyFrom(body, raw, off)
+	return nil, nil
+}
+
+// appendData appends data to d's body.
+func (d *Document) appendData(data []byte) error {
+	body, err := d.grow(len(data))
+	if err != nil {
+		return err
+	}
+	copy(body, data)
+	return nil
+}
+
+// grow extends d's body by n bytes and returns them, for the caller to
+// fill. It fails if the metadata has not arrived, or if the body would
+// exceed the size it announced.
+func (d *Document) grow(n int) ([]byte, error) {
+	if d.Metadata == nil {
+		return nil, badStream("chunk before metadata")
+	}
+	have, size := len(d.Body), d.Metadata.GetSize()
+	if int64(n) > size-int64(have) {
+		return nil, badStream(fmt.Sprintf("body exceeds the %d bytes metadata says", size))
+	}
+	if have+n > cap(d.Body) {
+		// Only a body larger than maxPrealloc gets here: grow by doubling,
+		// as append would, but never past the announced size.
+		nb := make([]byte, have, min(int64(max(2*cap(d.Body), have+n)), size))
+		copy(nb, d.Body)
+		d.Body = nb
+	}
+	d.Body = d.Body[:have+n]
+	return d.Body[have:], nil
 }
 
 func badStream(detail string) error {

@@ -142,7 +142,9 @@ export class CoorddClient {
    * (upstream down, no stale copy), ResourceExhausted, FailedPrecondition,
    * DeadlineExceeded; with an UnreachableError (Unavailable) when no coordd
    * answered; with Canceled when signal aborts; with Internal when the
-   * stream breaks its order. Unavailable and ResourceExhausted are retried
+   * stream breaks its order or its body differs from the size its metadata
+   * announced (a longer body fails as soon as its excess arrives; the body
+   * is allocated once from that size). Unavailable and ResourceExhausted are retried
    * (see RetryOptions); an attempt that fails part-way is discarded whole.
    */
   async get(url: string, opts: GetOptions = {}): Promise<Document> {
@@ -167,8 +169,8 @@ export class CoorddClient {
 
   private async getOnce(url: string, opts: GetOptions, deadline: number): Promise<Document> {
     const progress: Progress[] = [];
-    const chunks: Uint8Array[] = [];
     let metadata: Metadata | undefined;
+    let body: BodyBuilder | undefined;
     const timeoutMs = deadline === Infinity ? undefined : Math.max(1, deadline - Date.now());
     try {
       const stream = this.rpc.getOrFetch(
@@ -190,11 +192,13 @@ export class CoorddClient {
             break;
           case "metadata":
             if (metadata) throw badStream("second metadata");
+            if (ev.value.size < 0n) throw badStream(`metadata says size ${ev.value.size}`);
             metadata = ev.value;
+            body = new BodyBuilder(Number(metadata.size));
             break;
           case "chunk":
-            if (!metadata) throw badStream("chunk before metadata");
-            chunks.push(ev.value.data);
+            if (!body) throw badStream("chunk before metadata");
+            body.append(ev.value.data);
             break;
           default:
             throw badStream("empty event");
@@ -204,12 +208,12 @@ export class CoorddClient {
       const ce = ConnectError.from(err);
       throw lostConnection(ce, opts.signal) ? new UnreachableError(this.addr, ce) : ce;
     }
-    if (!metadata) throw badStream("stream ended without metadata");
-    const body = concat(chunks);
-    if (BigInt(body.length) !== metadata.size) {
-      throw badStream(`body is ${body.length} bytes; metadata says ${metadata.size}`);
+    if (!metadata || !body) throw badStream("stream ended without metadata");
+    const bytes = body.bytes();
+    if (BigInt(bytes.length) !== metadata.size) {
+      throw badStream(`body is ${bytes.length} bytes; metadata says ${metadata.size}`);
     }
-    return { body, metadata, progress, text: () => new TextDecoder().decode(body) };
+    return { body: bytes, metadata, progress, text: () => new TextDecoder().decode(bytes) };
   }
 
   /** close drops the connection; calls in flight fail. */
@@ -245,15 +249,50 @@ function badStream(msg: string): ConnectError {
   return new ConnectError(`coordd: malformed GetOrFetch stream: ${msg}`, Code.Internal);
 }
 
-function concat(chunks: Uint8Array[]): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.length;
+/** MAX_PREALLOC bounds the body allocated up front from the size the
+ * metadata announces, so that a size no body follows costs at most this
+ * much; a larger body grows as its chunks arrive. */
+const MAX_PREALLOC = 16 << 20;
+
+/**
+ * BodyBuilder reassembles a body of the size the metadata announced: each
+ * chunk is copied, as it arrives, into one buffer allocated from that
+ * size, so that the chunks' messages can be collected at once instead of
+ * being held until the end and concatenated. A chunk that would take the
+ * body past the size fails the stream at once. A body sent in one chunk
+ * is that chunk's bytes, not a copy.
+ */
+class BodyBuilder {
+  private buf: Uint8Array = new Uint8Array(0);
+  private len = 0;
+
+  constructor(private readonly size: number) {}
+
+  append(data: Uint8Array): void {
+    if (data.length > this.size - this.len) {
+      throw badStream(`body exceeds the ${this.size} bytes metadata says`);
+    }
+    if (this.len === 0 && data.length === this.size) {
+      this.buf = data;
+      this.len = data.length;
+      return;
+    }
+    if (this.len + data.length > this.buf.length) {
+      // The first chunk allocates the announced size (up to MAX_PREALLOC);
+      // only a larger body grows, doubling, never past that size.
+      const want = Math.max(Math.min(this.size, MAX_PREALLOC), 2 * this.buf.length, this.len + data.length);
+      const next = new Uint8Array(Math.min(want, this.size));
+      next.set(this.buf.subarray(0, this.len));
+      this.buf = next;
+    }
+    this.buf.set(data, this.len);
+    this.len += data.length;
   }
-  return out;
+
+  /** bytes returns the body received so far. */
+  bytes(): Uint8Array {
+    return this.len === this.buf.length ? this.buf : this.buf.subarray(0, this.len);
+  }
 }
 
 async function sleep(ms: number, signal?: AbortSignal): Promise<void> {

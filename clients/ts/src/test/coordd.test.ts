@@ -12,6 +12,16 @@ import { Code, ConnectError, CoorddClient, Role, Source, UnreachableError } from
 import { MAP_PATH, mapPage, searchResults } from "./fixtures.js";
 import { freePort, SERVER_JS, startCoordd, startFakeMDN, type Coordd, type FakeMDN } from "./harness.js";
 
+// BODY_SIZES are bodies around the server's 64 KiB chunks.
+const BODY_SIZES = [0, 1, 64 << 10, (64 << 10) + 1, 1 << 20];
+
+/** sizedBody returns n bytes that differ from one offset to the next. */
+function sizedBody(n: number): Uint8Array {
+  const b = new Uint8Array(n);
+  for (let i = 0; i < n; i++) b[i] = (i * 31 + (i >> 8)) & 0xff;
+  return b;
+}
+
 let mdn: FakeMDN;
 let coordd: Coordd;
 
@@ -23,6 +33,7 @@ before(async () => {
       "/en-US/docs/Crowd/Page": mapPage,
     },
     search: searchResults,
+    raw: Object.fromEntries(BODY_SIZES.map((n) => [`/sized/${n}`, sizedBody(n)])),
     delayMs: 200, // long enough for concurrent calls to overlap
   });
   coordd = await startCoordd({ mdn: mdn.base });
@@ -74,6 +85,19 @@ describe("CoorddClient.get", () => {
     const newer = await client.get(url, { maxAgeMs: 1 });
     assert.equal(newer.metadata.source, Source.UPSTREAM);
     assert.equal(mdn.requests("/en-US/docs/Client/Page/index.json"), 2);
+  });
+
+  test("bodies of every size round-trip, from the upstream and from the cache", async (t) => {
+    for (const n of BODY_SIZES) {
+      await t.test(`${n} bytes`, async () => {
+        for (const want of [Source.UPSTREAM, Source.L1]) {
+          const doc = await client.get(`${mdn.base}/sized/${n}`);
+          assert.equal(doc.metadata.source, want);
+          assert.equal(doc.metadata.size, BigInt(n));
+          assert.ok(Buffer.from(doc.body).equals(Buffer.from(sizedBody(n))), `body of ${doc.body.length} bytes differs`);
+        }
+      });
+    }
   });
 
   test("a 404 is a document, not an error", async () => {

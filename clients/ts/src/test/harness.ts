@@ -124,6 +124,8 @@ export interface FakeMDNOptions {
   pages: Record<string, unknown>;
   /** search is the answer to /api/v1/search, whatever the query. */
   search: unknown;
+  /** raw maps a path to a body served as it is. */
+  raw?: Record<string, Uint8Array>;
   /** delayMs holds each answer back, so that concurrent calls overlap. */
   delayMs?: number;
 }
@@ -135,6 +137,11 @@ export async function startFakeMDN(opts: FakeMDNOptions): Promise<FakeMDN> {
     const path = new URL(req.url ?? "/", "http://x").pathname;
     counts.set(path, (counts.get(path) ?? 0) + 1);
     const answer = () => {
+      const raw = opts.raw?.[path];
+      if (raw && req.method === "GET") {
+        res.writeHead(200, { "content-type": "application/octet-stream" }).end(raw);
+        return;
+      }
       const page = path.endsWith("/index.json") ? opts.pages[path.slice(0, -"/index.json".length)] : undefined;
       const body = path === "/api/v1/search" ? opts.search : page;
       if (req.method !== "GET" || body === undefined) {
