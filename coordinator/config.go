@@ -14,8 +14,13 @@ import (
 type Upstream struct {
 	// Name identifies the upstream in logs, metrics and metadata.
 	Name string
-	// BaseURL is the scheme, host and optional path prefix that every url
-	// fetched from this upstream must start with.
+	// BaseURL is the scheme, host and optional base path that every url
+	// fetched from this upstream, and every redirect followed, must be
+	// under, segment by segment. A base path ending in "/" admits only
+	// what is under that directory: "https://h/docs/" admits /docs/ and
+	// /docs/x but not /docs, while "https://h/docs" admits /docs too. It
+	// is canonicalized like a request url, and refused on the same path
+	// tricks.
 	BaseURL string
 	// TTL is a document's fresh lifetime. Default: 10m.
 	TTL time.Duration
@@ -32,7 +37,7 @@ type Upstream struct {
 	// Protection configures retries, the breaker and the rate limit.
 	Protection Protection
 
-	base *url.URL // parsed BaseURL, canonical
+	base *url.URL // parsed BaseURL, canonical, its trailing "/" kept
 }
 
 // Config configures a Coordinator. Zero fields take the defaults written
@@ -111,10 +116,9 @@ func (u *Upstream) validate(i int) error {
 	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil || b.RawQuery != "" || b.Fragment != "" {
 		return fmt.Errorf("%s.base_url: %q must be an absolute http(s) URL without userinfo, query or fragment", field, u.BaseURL)
 	}
-	b.Scheme = strings.ToLower(b.Scheme)
-	b.Host = canonicalHost(b.Scheme, b.Host)
-	b.Path = strings.TrimSuffix(b.Path, "/")
-	b.RawPath = ""
+	if b, err = canonicalURL(u.BaseURL); err != nil {
+		return fmt.Errorf("%s.base_url: %v", field, err)
+	}
 	u.base = b
 	switch {
 	case u.TTL < 0:

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -19,9 +20,9 @@ import (
 // applies the same limits in-process.
 type Protection struct {
 	// RateLimit is the most requests per second sent to the upstream by all
-	// instances together, retries included: no one-second window sees more
-	// than RateLimit+Burst-1 requests. Requests over it wait their turn, in
-	// order. Default: 20. Negative: no limit.
+	// instances together, retries and redirects followed included: no
+	// one-second window sees more than RateLimit+Burst-1 requests. Requests
+	// over it wait their turn, in order. Default: 20. Negative: no limit.
 	RateLimit int
 	// Burst is how many requests may go out back to back after a quiet
 	// spell. Default: 1 (paced evenly, never bunched).
@@ -58,8 +59,8 @@ type Protection struct {
 // connection errors, timeouts, 429 and 5xx other than 501. Never a 4xx
 // otherwise, never once the fetch's context has ended.
 type RetryPolicy struct {
-	// MaxAttempts bounds the attempts per fetch, the first included.
-	// Default: 3. 1: no retries.
+	// MaxAttempts bounds the attempts per fetch, the first included; a
+	// redirect followed starts its own count. Default: 3. 1: no retries.
 	MaxAttempts int
 	// BaseDelay and MaxDelay shape the backoff: before retry n the fetch
 	// sleeps a uniformly random time in [0, min(MaxDelay, BaseDelay·2^(n-1))]
@@ -214,15 +215,72 @@ type protected struct {
 	local  *localGuard // single-node mode, and while Redis is down
 }
 
-// Fetch fetches through the protection. It returns the last attempt's
-// answer or error, or, when no attempt was allowed, an error wrapping
-// ErrBreakerOpen (breaker open) or ErrRateLimited (no slot within the wait
-// bound). A retry that is refused (budget spent, breaker open, slot or
-// Retry-After past the wait bound) leaves the last answer standing.
+// MaxRedirects is the most redirects one fetch follows. Each redirect
+// followed is an upstream request of its own: admitted by the guard (rate
+// limit, breaker, Retry-After backoff), recorded there, counted by the
+// retry budget and retried like any other. The redirect past the limit is
+// delivered as the answer.
+const MaxRedirects = 5
+
+// Fetch fetches through the protection, following redirects within the
+// upstream (at most MaxRedirects). It returns the last attempt's answer or
+// error, or, when no attempt was allowed, an error wrapping ErrBreakerOpen
+// (breaker open) or ErrRateLimited (no slot within the wait bound); that
+// holds for each redirect hop as for the first request. A retry that is
+// refused (budget spent, breaker open, slot or Retry-After past the wait
+// bound) leaves the last answer standing. A redirect is followed only to
+// the canonical form of its target, which is what is sent, byte for byte;
+// a redirect leaving the upstream, one whose target canonicalURL refuses,
+// and the one past MaxRedirects are delivered as they are.
 func (p *protected) Fetch(ctx context.Context, fr FetchRequest, report func(Progress)) (*Response, error) {
 	if report == nil {
 		report = func(Progress) {}
 	}
+	for hop := 0; ; hop++ {
+		resp, err := p.fetchOne(ctx, fr, report)
+		if err != nil || hop == MaxRedirects {
+			return resp, err
+		}
+		next, ok := p.redirect(fr.URL, resp)
+		if !ok {
+			return resp, nil
+		}
+		p.log.Debug("following redirect", "from", fr.URL, "to", next, "hop", hop+1)
+		// Conditional headers go along, as net/http would send them: a
+		// cached copy of a redirected url carries its target's validators.
+		fr.URL = next
+	}
+}
+
+// redirect returns the canonical url resp redirects to, and false when
+// resp is no redirect to follow: not a redirect, no usable Location, a
+// target that canonicalURL refuses or that leaves the upstream.
+func (p *protected) redirect(from string, resp *Response) (string, bool) {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return "", false
+	}
+	loc := resp.Header.Get("Location")
+	base, err := url.Parse(from)
+	if loc == "" || err != nil {
+		return "", false
+	}
+	ref, err := base.Parse(loc)
+	if err != nil {
+		return "", false
+	}
+	u, err := canonicalURL(ref.String())
+	if err != nil || !within(p.up, u) {
+		p.log.Debug("not following redirect", "from", from, "location", loc, "err", err)
+		return "", false
+	}
+	return u.String(), true
+}
+
+// fetchOne fetches one url: the first attempt and its retries.
+func (p *protected) fetchOne(ctx context.Context, fr FetchRequest, report func(Progress)) (*Response, error) {
 	rp := &p.up.Protection.Retry
 	p.budget.request(p.now())
 	var (

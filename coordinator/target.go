@@ -110,7 +110,18 @@ func checkKey(key string) error {
 
 // canonicalURL validates raw and returns its canonical form: lower-case
 // scheme and host, no default port, dot segments resolved, no fragment,
-// query parameters sorted.
+// query parameters sorted. The canonical form is what coordd sends
+// upstream, byte for byte, and what the upstream's base path is checked
+// against.
+//
+// It refuses paths that servers are known to read differently from
+// path.Clean, so that the path checked is the path served: backslashes,
+// raw or escaped (some servers take them for /); escaped /, . and %
+// (%2F, %2E, %25, in any case: a server that decodes them after resolving
+// dot segments, or decodes twice, would climb out of the base path); ".;"
+// and "..;" segments, and any "." or ".." segment carrying ";parameters"
+// (Tomcat and others drop the parameters and then resolve the dot
+// segment); and control characters, even escaped.
 func canonicalURL(raw string) (*url.URL, error) {
 	switch {
 	case raw == "":
@@ -143,6 +154,9 @@ func canonicalURL(raw string) (*url.URL, error) {
 	}
 	u.Host = canonicalHost(u.Scheme, u.Host)
 	u.Fragment, u.RawFragment = "", ""
+	if err := checkPath(u); err != nil {
+		return nil, err
+	}
 	p := u.Path
 	if p == "" {
 		p = "/"
@@ -163,6 +177,37 @@ func canonicalURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// escapedPathTricks are the escapes refused in a url's path, upper case.
+var escapedPathTricks = []string{"%2F", "%2E", "%25", "%5C"}
+
+// checkPath refuses the path tricks canonicalURL documents, in u as parsed.
+func checkPath(u *url.URL) error {
+	// RawPath holds the path as written whenever it differs from the
+	// default encoding of Path; otherwise that encoding is what was written.
+	raw := u.RawPath
+	if raw == "" {
+		raw = u.EscapedPath()
+	}
+	up := strings.ToUpper(raw)
+	for _, e := range escapedPathTricks {
+		if strings.Contains(up, e) {
+			return invalid("url path must not contain the escape %s (escaped /, ., %% or \\)", e)
+		}
+	}
+	switch {
+	case strings.Contains(u.Path, `\`):
+		return invalid("url path must not contain a backslash")
+	case hasControl(u.Path):
+		return invalid("url path contains control characters, escaped")
+	}
+	for seg := range strings.SplitSeq(u.Path, "/") {
+		if name, _, params := strings.Cut(seg, ";"); params && (name == "." || name == "..") {
+			return invalid("url path must not contain a %q segment", seg)
+		}
+	}
+	return nil
+}
+
 func canonicalHost(scheme, host string) string {
 	host = strings.ToLower(host)
 	if h, p, err := net.SplitHostPort(host); err == nil {
@@ -177,7 +222,7 @@ func canonicalHost(scheme, host string) string {
 }
 
 // match returns the upstream u belongs to: same scheme and host, and a path
-// under the upstream's base path, segment by segment.
+// under the upstream's base path, segment by segment (see within).
 func (c *Coordinator) match(u *url.URL) *Upstream {
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
@@ -188,10 +233,18 @@ func (c *Coordinator) match(u *url.URL) *Upstream {
 	return nil
 }
 
+// within reports whether the canonical u is inside up: same scheme and
+// host, and a path under the base path, segment by segment. A base path
+// ending in "/" (https://h/docs/) admits that directory and what is under
+// it (/docs/, /docs/x), not /docs; one without (https://h/docs) admits
+// /docs itself too. /docsevil is never under /docs.
 func within(up *Upstream, u *url.URL) bool {
 	b := up.base
 	if u.Scheme != b.Scheme || u.Host != b.Host {
 		return false
 	}
-	return b.Path == "" || u.Path == b.Path || strings.HasPrefix(u.Path, b.Path+"/")
+	if strings.HasSuffix(b.Path, "/") {
+		return strings.HasPrefix(u.Path, b.Path)
+	}
+	return u.Path == b.Path || strings.HasPrefix(u.Path, b.Path+"/")
 }

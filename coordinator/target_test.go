@@ -20,6 +20,7 @@ func TestResolve(t *testing.T) {
 	c := newTestCoordinator(t, Config{Upstreams: []Upstream{
 		{Name: "mdn", BaseURL: "https://developer.mozilla.org"},
 		{Name: "local", BaseURL: "http://127.0.0.1:8080/docs/"},
+		{Name: "noslash", BaseURL: "http://127.0.0.1:9090/docs"},
 	}})
 	tests := []struct {
 		name, url, key string
@@ -55,6 +56,43 @@ func TestResolve(t *testing.T) {
 		{name: "base path prefix trick", url: "http://127.0.0.1:8080/docsevil/x", want: ErrForbidden},
 		{name: "dot escape", url: "http://127.0.0.1:8080/docs/../admin", want: ErrForbidden},
 		{name: "metadata IP", url: "http://169.254.169.254/latest/meta-data", want: ErrForbidden},
+
+		// A base path ending in "/" admits what is under it, not itself
+		// without the slash; one without admits itself too.
+		{name: "slash base: directory", url: "http://127.0.0.1:8080/docs/", wantURL: "http://127.0.0.1:8080/docs/"},
+		{name: "slash base: bare", url: "http://127.0.0.1:8080/docs", want: ErrForbidden},
+		{name: "slash base: bare, dot", url: "http://127.0.0.1:8080/docs/.", want: ErrForbidden},
+		{name: "no-slash base: bare", url: "http://127.0.0.1:9090/docs", wantURL: "http://127.0.0.1:9090/docs"},
+		{name: "no-slash base: directory", url: "http://127.0.0.1:9090/docs/", wantURL: "http://127.0.0.1:9090/docs/"},
+		{name: "no-slash base: under", url: "http://127.0.0.1:9090/docs/x", wantURL: "http://127.0.0.1:9090/docs/x"},
+		{name: "no-slash base: prefix trick", url: "http://127.0.0.1:9090/docsevil", want: ErrForbidden},
+
+		// Path tricks: refused, whatever upstream they aim at.
+		{name: "dotdot params", url: "http://127.0.0.1:8080/docs/..;/admin", want: ErrInvalidArgument},
+		{name: "dotdot named params", url: "http://127.0.0.1:8080/docs/..;jsessionid=1/admin", want: ErrInvalidArgument},
+		{name: "dot params", url: "http://127.0.0.1:8080/docs/.;/x", want: ErrInvalidArgument},
+		{name: "dotdot escaped semicolon", url: "http://127.0.0.1:8080/docs/..%3B/admin", want: ErrInvalidArgument},
+		{name: "dotdot params last", url: "https://developer.mozilla.org/a/..;", want: ErrInvalidArgument},
+		{name: "backslash", url: `http://127.0.0.1:8080/docs\..\admin`, want: ErrInvalidArgument},
+		{name: "backslash in segment", url: `https://developer.mozilla.org/a\b`, want: ErrInvalidArgument},
+		{name: "escaped backslash", url: "http://127.0.0.1:8080/docs/..%5C..%5Cadmin", want: ErrInvalidArgument},
+		{name: "escaped backslash lower", url: "https://developer.mozilla.org/a%5cb", want: ErrInvalidArgument},
+		{name: "escaped slash", url: "http://127.0.0.1:8080/docs/..%2F..%2Fadmin", want: ErrInvalidArgument},
+		{name: "escaped slash lower", url: "http://127.0.0.1:8080/admin/..%2f..%2fdocs/x", want: ErrInvalidArgument},
+		{name: "escaped dot", url: "http://127.0.0.1:8080/docs/%2E%2E/admin", want: ErrInvalidArgument},
+		{name: "escaped dot lower", url: "https://developer.mozilla.org/%2e%2e/a", want: ErrInvalidArgument},
+		{name: "escaped dot in name", url: "https://developer.mozilla.org/a%2ehtml", want: ErrInvalidArgument},
+		{name: "escaped percent", url: "https://developer.mozilla.org/a%25b", want: ErrInvalidArgument},
+		{name: "double escape", url: "http://127.0.0.1:8080/docs/%252e%252e/admin", want: ErrInvalidArgument},
+		{name: "escaped nul", url: "https://developer.mozilla.org/a%00b", want: ErrInvalidArgument},
+		{name: "escaped newline", url: "https://developer.mozilla.org/a%0Ab", want: ErrInvalidArgument},
+		{name: "backslash in host", url: `https://developer.mozilla.org\@evil.example/a`, want: ErrInvalidArgument},
+
+		// Not tricks: kept.
+		{name: "semicolon in name", url: "https://developer.mozilla.org/a;b/c", wantURL: "https://developer.mozilla.org/a;b/c"},
+		{name: "dot file", url: "https://developer.mozilla.org/.well-known/x", wantURL: "https://developer.mozilla.org/.well-known/x"},
+		{name: "other escape", url: "https://developer.mozilla.org/a%20b%41", wantURL: "https://developer.mozilla.org/a%20bA"},
+		{name: "escaped slash in query", url: "https://developer.mozilla.org/a?p=%2F..%2F", wantURL: "https://developer.mozilla.org/a?p=%2F..%2F"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,6 +129,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"bad base url", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "ftp://x"}}}, "upstreams[0] (a).base_url"},
 		{"bad name", Config{Upstreams: []Upstream{{Name: "a b", BaseURL: "http://x"}}}, "upstreams[0].name"},
 		{"duplicate", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "http://x"}, {Name: "a", BaseURL: "http://y"}}}, "upstreams[1].name"},
+		{"base url trick", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "http://x/docs/%2e%2e/"}}}, "upstreams[0] (a).base_url"},
 		{"negative ttl", Config{Upstreams: []Upstream{{Name: "a", BaseURL: "http://x", TTL: -1}}}, "upstreams[0] (a).ttl"},
 		{"tiny l1", Config{L1MaxBytes: 10}, "l1_max_bytes"},
 	}

@@ -44,9 +44,10 @@ func (f FetcherFunc) Fetch(ctx context.Context, req FetchRequest, report func(Pr
 	return f(ctx, req, report)
 }
 
-// httpFetcher does one HTTP attempt against one upstream: bounded by the
-// upstream's timeout and max_body_bytes, following redirects only within
-// the upstream.
+// httpFetcher does one HTTP request against one upstream, bounded by the
+// upstream's timeout and max_body_bytes. It never follows a redirect: it
+// returns it, and protected.Fetch follows it through the guard, so that
+// every request reaching the upstream is admitted and counted.
 type httpFetcher struct {
 	up     *Upstream
 	client *http.Client
@@ -56,16 +57,8 @@ func newHTTPFetcher(up *Upstream, transport http.RoundTripper) *httpFetcher {
 	f := &httpFetcher{up: up}
 	f.client = &http.Client{
 		Transport: transport,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 10 {
-				return http.ErrUseLastResponse
-			}
-			u, err := canonicalURL(req.URL.String())
-			if err != nil || !within(up, u) {
-				// Leaving the upstream: deliver the redirect itself.
-				return http.ErrUseLastResponse
-			}
-			return nil
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
 		},
 	}
 	return f

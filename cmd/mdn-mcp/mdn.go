@@ -176,9 +176,13 @@ func docURL(base *url.URL, p string) (*url.URL, error) {
 	}
 	dec = strings.TrimSuffix(strings.TrimSuffix(dec, "/"), "/index.json")
 	for _, seg := range strings.Split(dec, "/") {
-		if seg == ".." || seg == "." {
+		if name, _, _ := strings.Cut(seg, ";"); name == ".." || name == "." {
 			return nil, fmt.Errorf("path %q must not contain . or .. segments", p)
 		}
+	}
+	// coordd refuses these too (INVALID_ARGUMENT); say so here, plainly.
+	if up := strings.ToUpper(p); strings.Contains(up, "%2F") || strings.Contains(up, "%2E") || strings.Contains(up, "%25") {
+		return nil, fmt.Errorf("path %q must not contain an escaped /, . or %%", p)
 	}
 	if dec == "" {
 		return nil, fmt.Errorf("path %q names no page", p)

@@ -134,8 +134,9 @@ func (s *script) next(path string) Behavior {
 // Upstream is a fake documentation server. All its methods are safe for
 // concurrent use, including while requests are being served.
 //
-// Requests are matched, counted and recorded by URL path alone; the query
-// string is ignored.
+// Requests are matched, counted and recorded by URL path alone (decoded, as
+// net/http gives it); the query string is ignored. RequestURIs has each
+// request's target as sent, escapes and query included.
 type Upstream struct {
 	srv       *httptest.Server
 	closing   chan struct{} // closed by Close to release blocked handlers
@@ -147,6 +148,7 @@ type Upstream struct {
 	counts  map[string]int
 	times   map[string][]time.Time
 	headers map[string]http.Header
+	uris    []string      // every request's RequestURI, in arrival order
 	arrived chan struct{} // closed and replaced on every request, to wake WaitCount
 }
 
@@ -263,6 +265,7 @@ func (u *Upstream) Reset() {
 	clear(u.counts)
 	clear(u.times)
 	clear(u.headers)
+	u.uris = nil
 	for _, s := range u.scripts {
 		clear(s.pos)
 	}
@@ -293,6 +296,15 @@ func (u *Upstream) Paths() []string {
 	}
 	sort.Strings(paths)
 	return paths
+}
+
+// RequestURIs returns the request target of every request so far, as sent
+// on the wire (r.RequestURI: escapes as the client wrote them, query
+// included), in arrival order. The slice is a copy.
+func (u *Upstream) RequestURIs() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.uris...)
 }
 
 // Times returns the arrival time of each request for path, oldest first.
@@ -364,6 +376,7 @@ func (u *Upstream) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	u.counts[path]++
 	u.times[path] = append(u.times[path], time.Now())
 	u.headers[path] = r.Header.Clone()
+	u.uris = append(u.uris, r.RequestURI)
 	var b Behavior
 	if s := u.scripts[path]; s != nil {
 		b = s.next(path)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -213,6 +214,22 @@ func TestRedirect(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || u.Count("/new") != 1 {
 		t.Fatalf("followed redirect: status %d, Count(/new) %d; want 200, 1", resp.StatusCode, u.Count("/new"))
+	}
+}
+
+func TestRequestURIs(t *testing.T) {
+	u := fakeupstream.New(t)
+	mustGet(t, u, "/a/..%2fb?q=1", nil)
+	mustGet(t, u, "/c", nil)
+	if got, want := u.RequestURIs(), []string{"/a/..%2fb?q=1", "/c"}; !slices.Equal(got, want) {
+		t.Fatalf("RequestURIs() = %q; want %q", got, want)
+	}
+	if got := u.Paths(); !slices.Equal(got, []string{"/a/../b", "/c"}) {
+		t.Errorf("Paths() = %q; want the decoded paths", got)
+	}
+	u.Reset()
+	if got := u.RequestURIs(); len(got) != 0 {
+		t.Errorf("after Reset, RequestURIs() = %q; want none", got)
 	}
 }
 
