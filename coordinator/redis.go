@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,10 +46,9 @@ type redisLayer struct {
 
 	up      atomic.Bool
 	downs   atomic.Int64 // up-to-down transitions
-	suspect chan error // a failed operation; cap 1, read by watch
+	suspect chan error   // a failed operation; cap 1, read by watch
 	hub     *hub
 	ctx     context.Context // ends on Close
-	wg      sync.WaitGroup
 }
 
 // Redis keys of one cache id. The id is in a hash tag, so that in Redis

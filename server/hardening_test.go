@@ -452,3 +452,50 @@ func TestBypassDoesNotQueueAheadOfColdMisses(t *testing.T) {
 		t.Fatalf("bypassing callers took %d slots while cold misses queued; want at most 1", hot-5)
 	}
 }
+
+// TestRedisFlapsEveryInstanceRecovers: Redis killed and restarted over
+// and over, with traffic; every instance ends coordinating again (the
+// health state has one owner, so no recovery is lost), and a new cold key
+// is then fetched once across instances.
+func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
+	cl := startCluster(t, 3, fastRedis)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range cl.clients {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url("/flap/" + string(rune('a'+n%20)))})
+			}
+		})
+	}
+	for range 6 {
+		cl.redis.Kill()
+		time.Sleep(150 * time.Millisecond)
+		cl.redis.Restart()
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	waitFor(t, 15*time.Second, func() bool {
+		for _, in := range cl.instances {
+			if !in.Coordinator.RedisHealthy() {
+				return false
+			}
+		}
+		return true
+	})
+	const path = "/after-flaps"
+	cl.holdFirst(ctx, path, 200*time.Millisecond, nil)
+	out := cl.burst(t, ctx, 60, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
+	checkAll(t, out, cl.up.Body(path))
+	if got := cl.up.Count(path); got != 1 {
+		t.Fatalf("after the flaps: upstream requests = %d; want 1", got)
+	}
+}

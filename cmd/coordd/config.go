@@ -16,16 +16,20 @@ import (
 
 // fileConfig is coordd's YAML configuration. See README.md for each field.
 type fileConfig struct {
-	Listen        string           `yaml:"listen"`
-	Redis         string           `yaml:"redis"`
-	RedisCluster  []string         `yaml:"redis_cluster"`
-	LogLevel      string           `yaml:"log_level"`
-	ShutdownGrace time.Duration    `yaml:"shutdown_grace"`
-	L1MaxBytes    int64            `yaml:"l1_max_bytes"`
-	LockTTL       time.Duration    `yaml:"lock_ttl"`
-	RedisTimeout  time.Duration    `yaml:"redis_timeout"`
-	KeyPrefix     string           `yaml:"key_prefix"`
-	Upstreams     []upstreamConfig `yaml:"upstreams"`
+	Listen        string        `yaml:"listen"`
+	Redis         string        `yaml:"redis"`
+	RedisCluster  []string      `yaml:"redis_cluster"`
+	LogLevel      string        `yaml:"log_level"`
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	L1MaxBytes    int64         `yaml:"l1_max_bytes"`
+	LockTTL       time.Duration `yaml:"lock_ttl"`
+	RedisTimeout  time.Duration `yaml:"redis_timeout"`
+	KeyPrefix     string        `yaml:"key_prefix"`
+	// Hardening knobs; see coordinator.Config.
+	RedisRetryInterval time.Duration    `yaml:"redis_retry_interval"`
+	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
+	RefreshCooldown    time.Duration    `yaml:"refresh_cooldown"`
+	Upstreams          []upstreamConfig `yaml:"upstreams"`
 }
 
 type upstreamConfig struct {
@@ -87,6 +91,10 @@ func (fc *fileConfig) coordinatorConfig() (coordinator.Config, error) {
 		LockTTL:      fc.LockTTL,
 		RedisTimeout: fc.RedisTimeout,
 		KeyPrefix:    fc.KeyPrefix,
+
+		RedisRetryInterval: fc.RedisRetryInterval,
+		MaxAgeFloor:        fc.MaxAgeFloor,
+		RefreshCooldown:    fc.RefreshCooldown,
 	}
 	for i, u := range fc.Upstreams {
 		p, err := u.protectionConfig.protection()
