@@ -26,6 +26,10 @@ type fileConfig struct {
 	RedisTimeout  time.Duration    `yaml:"redis_timeout"`
 	KeyPrefix     string           `yaml:"key_prefix"`
 	Upstreams     []upstreamConfig `yaml:"upstreams"`
+
+	// MaxConcurrentCalls caps the calls in progress (server.Config).
+	// Default (0): 10000. Negative: no cap.
+	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
 }
 
 type upstreamConfig struct {
