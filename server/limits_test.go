@@ -62,26 +62,26 @@ func TestMaxConcurrentCalls(t *testing.T) {
 
 	// One more call of each method is refused without reaching the upstream.
 	extra := []struct {
-		name string
-		call func() error
+		name, path string
+		call       func(url string) error
 	}{
-		{"GetOrFetch", func() error {
-			_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: u.URL() + "/extra"})
+		{"GetOrFetch", "/extra/get", func(url string) error {
+			_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: url})
 			return err
 		}},
-		{"Invalidate", func() error {
-			_, err := cl.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: u.URL() + "/extra"})
+		{"Invalidate", "/extra/invalidate", func(url string) error {
+			_, err := cl.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: url})
 			return err
 		}},
 	}
 	for _, tc := range extra {
 		t.Run(tc.name, func(t *testing.T) {
 			done := make(chan error, 1)
-			go func() { done <- tc.call() }()
+			go func() { done <- tc.call(u.URL() + tc.path) }()
 			reached := make(chan error, 1)
 			waitCtx, stop := context.WithCancel(ctx)
 			defer stop()
-			go func() { reached <- u.WaitCount(waitCtx, "/extra", 1) }()
+			go func() { reached <- u.WaitCount(waitCtx, tc.path, 1) }()
 			select {
 			case err := <-done:
 				if got := status.Code(err); got != codes.ResourceExhausted {
@@ -119,10 +119,12 @@ func TestMaxConcurrentCalls(t *testing.T) {
 			t.Errorf("call after release: got %v; want OK", err)
 		}
 	}
-	if _, err := cl.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: u.URL() + "/extra"}); err != nil {
+	if _, err := cl.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: u.URL() + "/extra/invalidate"}); err != nil {
 		t.Errorf("Invalidate after release: got %v; want OK", err)
 	}
-	if n := u.Count("/extra"); n != 0 {
-		t.Errorf("upstream got %d requests for /extra; want 0", n)
+	for _, tc := range extra {
+		if n := u.Count(tc.path); n != 0 {
+			t.Errorf("upstream got %d requests for %s; want 0", n, tc.path)
+		}
 	}
 }
