@@ -5,6 +5,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/coordd/coordd/coordinator"
 )
@@ -22,9 +23,10 @@ type frame struct {
 }
 
 // codec is the proto codec, except that a *frame passes through as the
-// bytes it already holds. This is how a chunk is encoded once per
-// document instead of once per caller (grpc.PreparedMsg would need a stream
-// to encode against and would copy the body).
+// bytes it already holds, and a request that does not decode is marked
+// instead of failing (see Unmarshal). The first is how a chunk is encoded
+// once per document instead of once per caller (grpc.PreparedMsg would
+// need a stream to encode against and would copy the body).
 type codec struct {
 	encoding.CodecV2
 }
@@ -34,6 +36,24 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return f.bufs, nil
 	}
 	return c.CodecV2.Marshal(v)
+}
+
+// Unmarshal decodes data into v. If data does not decode (bad wire format,
+// invalid UTF-8 in a string, nesting past the recursion limit), v is reset
+// and marked undecodable, and Unmarshal returns nil: the interceptors of
+// NewGRPC then refuse the call with INVALID_ARGUMENT before any handler
+// sees v. Returning the error is no use: grpc-go (recv in rpc_util.go)
+// wraps any codec error in codes.Internal, and serverStream.RecvMsg writes
+// that status to the client at once, before an interceptor could change it.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	m, ok := v.(proto.Message)
+	if err == nil || !ok {
+		return err
+	}
+	proto.Reset(m)
+	markUndecodable(m, err)
+	return nil
 }
 
 // codecOption makes a grpc.Server use codec.

@@ -55,35 +55,34 @@ type GRPC struct {
 	Health *health.Server
 }
 
-// NewGRPC builds the grpc.Server for s: recovery and logging interceptors,
-// keepalive, the pass-through codec for pre-encoded chunks, the standard
-// health service and server reflection. opts are appended.
-func NewGRPC(s *Server, opts ...grpc.ServerOption) *GRPC {
-	logger := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		s.log.Log(ctx, slog.Level(lvl), msg, fields...)
-	})
+// NewGRPC builds the grpc.Server for s as cfg says: interceptors for
+// logging, the cap on calls in progress, refusing requests that do not
+// decode (INVALID_ARGUMENT) and recovery; keepalive; the pass-through codec
+// for pre-encoded chunks; the standard health service and server
+// reflection. opts are appended.
+func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
+	logger := newCallLogger(s.log)
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
-		// Successful calls are the hot path: debug, not info.
-		logging.WithLevels(func(c codes.Code) logging.Level {
-			if c == codes.OK {
-				return logging.LevelDebug
-			}
-			return logging.DefaultServerCodeToLevel(c)
-		}),
+		logging.WithLevels(callLevel),
 	}
 	recoverOpt := recovery.WithRecoveryHandler(func(p any) error {
 		s.log.Error("handler panicked", "panic", p)
 		return toStatus(coordinator.ErrUnavailable)
 	})
+	limit := newCallLimit(cfg.MaxConcurrentCalls)
 	base := []grpc.ServerOption{
 		codecOption(),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(logger, logOpts...),
+			limit.unary,
+			refuseUndecodableUnary,
 			recovery.UnaryServerInterceptor(recoverOpt),
 		),
 		grpc.ChainStreamInterceptor(
 			logging.StreamServerInterceptor(logger, logOpts...),
+			limit.stream,
+			refuseUndecodableStream,
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
 		grpc.KeepaliveParams(keepalive.ServerParameters{

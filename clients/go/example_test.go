@@ -40,7 +40,7 @@ func startDemo() (addr, upstream string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	g := server.NewGRPC(server.New(c, quiet))
+	g := server.NewGRPC(server.New(c, quiet), server.Config{})
 	go func() { _ = g.Serve(lis) }()
 	return lis.Addr().String(), up.URL, func() {
 		g.Stop()

@@ -30,6 +30,10 @@ type fileConfig struct {
 	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
 	RefreshCooldown    time.Duration    `yaml:"refresh_cooldown"`
 	Upstreams          []upstreamConfig `yaml:"upstreams"`
+
+	// MaxConcurrentCalls caps the calls in progress (server.Config).
+	// Default (0): 10000. Negative: no cap.
+	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
 }
 
 type upstreamConfig struct {

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log))
+	g := server.NewGRPC(server.New(c, log), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls})
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}

@@ -23,6 +23,7 @@ func TestReadConfig(t *testing.T) {
 listen: "127.0.0.1:6000"
 redis: "redis://127.0.0.1:6379/0"
 lock_ttl: 3s
+max_concurrent_calls: 500
 upstreams:
   - name: mdn
     base_url: "https://developer.mozilla.org"
@@ -36,6 +37,9 @@ upstreams:
 	}
 	if fc.Listen != "127.0.0.1:6000" || fc.LockTTL != 3*time.Second || len(fc.Upstreams) != 1 {
 		t.Fatalf("got %+v", fc)
+	}
+	if fc.MaxConcurrentCalls != 500 {
+		t.Fatalf("max_concurrent_calls: got %d; want 500", fc.MaxConcurrentCalls)
 	}
 	u := fc.Upstreams[0]
 	if u.TTL != 10*time.Minute || u.StaleTTL != 24*time.Hour || u.Timeout != 10*time.Second || u.MaxBodyBytes != 10<<20 {

@@ -41,6 +41,8 @@ type Options struct {
 	Config coordinator.Config
 	// Addr to listen on. Default: a free port on 127.0.0.1.
 	Addr string
+	// Server configures the gRPC server.
+	Server server.Config
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -90,7 +92,7 @@ func Start(t testing.TB, o Options) *Instance {
 		t.Fatalf("coorddtest: listen: %v", err)
 	}
 	mu.Lock()
-	g = server.NewGRPC(server.New(c, cfg.Logger))
+	g = server.NewGRPC(server.New(c, cfg.Logger), o.Server)
 	mu.Unlock()
 	go func() { _ = g.Serve(lis) }()
 	in.Addr, in.Coordinator, in.GRPC = lis.Addr().String(), c, g
