@@ -117,6 +117,7 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 		ctx:      c.ctx,
 	}
 	r.hub = newHub(rdb, r.channel(), r.log, c.dropLocal)
+	r.hub.onDrop = c.l1.Delete
 	ready := make(chan struct{})
 	var once sync.Once
 	r.hub.onUp = func() { once.Do(func() { close(ready) }) }
@@ -594,7 +595,7 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 	if !cache || ttl < time.Millisecond {
 		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), c.cfg.ResultTTL
 	}
-	ev := event{Type: evDone, Key: id, Token: token, Result: rkey}
+	ev := event{Type: evDone, Key: id, Token: token, Result: rkey, Drop: !cache}
 	var landed int64
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()

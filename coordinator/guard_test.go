@@ -62,13 +62,10 @@ func testRedisLayer(t *testing.T) *redisLayer {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	rl := &redisLayer{rdb: srv.Client(t), prefix: "test:", timeout: 2 * time.Second, retry: time.Second, log: quietLogger(), ctx: ctx}
+	rl := &redisLayer{rdb: srv.Client(t), prefix: "test:", timeout: 2 * time.Second, retry: time.Second, log: quietLogger(), ctx: ctx, suspect: make(chan error, 1)}
 	rl.hub = newHub(rl.rdb, rl.channel(), rl.log, func(string) {})
 	rl.up.Store(true)
-	t.Cleanup(func() {
-		cancel()
-		rl.wg.Wait()
-	})
+	t.Cleanup(cancel)
 	return rl
 }
 

@@ -30,6 +30,7 @@ type event struct {
 	Key    string `json:"k"`
 	Token  string `json:"o,omitempty"`
 	Result string `json:"r,omitempty"`
+	Drop   bool   `json:"x,omitempty"` // done: the url turned uncacheable; drop K's old copy from L1
 	Kind   string `json:"e,omitempty"`
 	Msg    string `json:"m,omitempty"`
 	Wait   int64  `json:"w,omitempty"` // fail: retry-after in ms
@@ -56,7 +57,8 @@ type hub struct {
 	rdb     rediser
 	channel string
 	log     *slog.Logger
-	onInval func(key string)
+	onInval func(key string) // an inval event: fence and drop
+	onDrop  func(key string) // a done event with Drop: drop from L1
 	onUp    func() // called once the subscription is confirmed
 
 	mu      sync.Mutex // protects waiters
@@ -192,6 +194,9 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 			var ev event
 			if json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Key == "" {
 				continue
+			}
+			if ev.Type == evDone && ev.Drop && h.onDrop != nil {
+				h.onDrop(ev.Key)
 			}
 			if ev.Type == evInval && h.onInval != nil {
 				h.onInval(ev.Key)

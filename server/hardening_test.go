@@ -499,3 +499,82 @@ func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
 		t.Fatalf("after the flaps: upstream requests = %d; want 1", got)
 	}
 }
+
+// TestUncacheableAnswerDropsStaleCopy: a url whose refresh answers
+// something uncacheable (here a 403) stops being served from its old copy,
+// on this instance (L1) and the others (L2).
+func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 2, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.Upstreams[0].TTL = time.Minute
+		countPerCall(c)
+	})
+	const path = "/turned-forbidden"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl.up.SetSequence(path, []fakeupstream.Behavior{{}, fakeupstream.Status(403)})
+	get := func(i int) *coorddtest.Doc {
+		t.Helper()
+		d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	get(0)
+	get(1)
+	clk.Advance(2 * time.Minute)
+	if d := get(0); !d.Meta.GetStale() || d.Meta.GetStatusCode() != 200 {
+		t.Fatalf("first call past ttl: %v; want the stale 200 while it refreshes", d.Meta)
+	}
+	if err := cl.up.WaitCount(ctx, path, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Coordinator.Flights() == 0 })
+	for i := range cl.clients {
+		if d := get(i); d.Meta.GetStatusCode() != 403 {
+			t.Fatalf("instance %d after the refresh answered 403: status %d (stale %v); want 403, the old copy dropped",
+				i, d.Meta.GetStatusCode(), d.Meta.GetStale())
+		}
+	}
+}
+
+// TestFailedRefreshCoolsDown: after a background refresh fails, stale
+// hits serve the stale copy without asking the upstream again on every
+// hit, until refresh_cooldown has passed.
+func TestFailedRefreshCoolsDown(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 1, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.Upstreams[0].TTL = time.Minute
+		c.RefreshCooldown = 5 * time.Second
+		countPerCall(c)
+	})
+	const path = "/cooldown"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl.up.SetSequence(path, []fakeupstream.Behavior{{}, fakeupstream.Status(503)})
+	in := cl.instances[0]
+	get := func() {
+		t.Helper()
+		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		if err != nil || !bytes.Equal(d.Body, cl.up.Body(path)) {
+			t.Fatalf("%v; want the (stale) body", err)
+		}
+		waitFor(t, 5*time.Second, func() bool { return in.Coordinator.Flights() == 0 })
+	}
+	get()
+	clk.Advance(2 * time.Minute)
+	for range 10 {
+		get()
+	}
+	if got := cl.up.Count(path); got != 2 {
+		t.Fatalf("upstream requests = %d after 10 stale hits; want 2 (the fill, one failed refresh, then a cooldown)", got)
+	}
+	clk.Advance(6 * time.Second)
+	get()
+	if got := cl.up.Count(path); got != 3 {
+		t.Fatalf("upstream requests = %d after the cooldown; want 3", got)
+	}
+}
