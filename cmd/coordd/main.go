@@ -29,12 +29,17 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "coordd:", err)
 		os.Exit(1)
 	}
+}
+
+// signalContext ends at the first SIGINT or SIGTERM, which start the drain.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 type stringList []string
@@ -49,6 +54,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
+	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +73,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *redisURL != "" {
 		fc.Redis = *redisURL
 	}
+	if *drainDelay != 0 {
+		fc.DrainDelay = *drainDelay
+	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
 			return err
@@ -80,6 +89,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
 	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
+	}
+	switch {
+	case fc.DrainDelay < 0:
+		return fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay)
+	case fc.DrainDelay == 0:
+		fc.DrainDelay = 5 * time.Second
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToLower(orDefault(fc.LogLevel, "info")))); err != nil {
@@ -131,8 +146,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	eg.Go(func() error { return g.Serve(lis) })
 	eg.Go(func() error {
 		<-ctx.Done()
-		log.Info("draining", "grace", fc.ShutdownGrace)
-		g.Drain(fc.ShutdownGrace)
+		g.Drain(fc.DrainDelay, fc.ShutdownGrace)
 		return nil
 	})
 	err = eg.Wait()
