@@ -2,6 +2,7 @@
 // document across every instance, with the result pushed to every waiter.
 //
 //	coordd [--config FILE] [--listen ADDR] [--redis URL] [--upstream NAME=BASE_URL]...
+//	       [--drain-delay DURATION] [--check-config]
 //
 // With no Redis configured it runs as a single node.
 package main
@@ -54,6 +55,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (file and flags), then exit without serving or connecting")
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
@@ -116,6 +118,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
+	if *checkConfig {
+		return checkCoordinatorConfig(cfg, rdb, stderr)
+	}
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
 	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
@@ -159,6 +164,21 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	log.Info("coordd stopped")
 	return err
+}
+
+// checkCoordinatorConfig validates cfg as coordinator.New does, without
+// Redis, so that nothing connects, and reports the result.
+func checkCoordinatorConfig(cfg coordinator.Config, rdb redis.UniversalClient, stderr *os.File) error {
+	if rdb != nil {
+		_ = rdb.Close() // never used: go-redis connects lazily
+	}
+	c, err := coordinator.New(cfg, coordinator.Options{})
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	c.Close()
+	fmt.Fprintln(stderr, "coordd: configuration ok")
+	return nil
 }
 
 func redisClient(fc fileConfig) (redis.UniversalClient, error) {
