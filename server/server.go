@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,10 @@ func New(c *coordinator.Coordinator, log *slog.Logger) *Server {
 type GRPC struct {
 	*grpc.Server
 	Health *health.Server
+
+	log      *slog.Logger
+	stopping chan struct{} // closed when Drain's delay ends: ends health Watch streams
+	stopOnce sync.Once     // closes stopping
 }
 
 // NewGRPC builds the grpc.Server for s as cfg says: interceptors for
@@ -101,11 +106,12 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 	g := grpc.NewServer(append(base, opts...)...)
 	coorddv1.RegisterCoordinatorServiceServer(g, s)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(g, hs)
+	stopping := make(chan struct{})
+	healthpb.RegisterHealthServer(g, watchEnder{Server: hs, stopping: stopping})
 	reflection.Register(g)
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &GRPC{Server: g, Health: hs}
+	return &GRPC{Server: g, Health: hs, log: s.log, stopping: stopping}
 }
 
 // SetRedisHealth records the Redis component's status.
@@ -117,10 +123,20 @@ func (g *GRPC) SetRedisHealth(up bool) {
 	g.Health.SetServingStatus(RedisHealthService, st)
 }
 
-// Drain marks every service NOT_SERVING, so that load balancers stop
-// sending new calls, then stops gracefully within grace and hard after.
-func (g *GRPC) Drain(grace time.Duration) {
+// Drain takes the server out of rotation, then stops it. It marks every
+// service NOT_SERVING at once and goes on serving, new connections and new
+// calls included, for delay: load balancers and Kubernetes poll health, so
+// they need that long to see the status and stop routing here, and the
+// calls they still route meanwhile succeed instead of hitting a closed
+// port. Then it closes the listener and stops gracefully, letting in-flight
+// calls finish, and hard after grace. Drain returns once stopped; Redis
+// health changes during it are ignored.
+func (g *GRPC) Drain(delay, grace time.Duration) {
 	g.Health.Shutdown()
+	g.log.Info("draining: health NOT_SERVING, still serving for the drain delay", "drain_delay", delay, "shutdown_grace", grace)
+	time.Sleep(delay)
+	g.log.Info("draining: delay over, stopping gracefully")
+	g.stopOnce.Do(func() { close(g.stopping) })
 	done := make(chan struct{})
 	go func() {
 		g.GracefulStop()
@@ -131,10 +147,47 @@ func (g *GRPC) Drain(grace time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
+		g.log.Warn("draining: grace over, cutting the calls still in flight", "shutdown_grace", grace)
 		g.Stop()
 		<-done
 	}
 }
+
+// watchEnder is the health service, whose Watch streams end when Drain's
+// delay does. grpc-go's own never end while the client stays, and every
+// client doing gRPC client-side health checking keeps one open: a single
+// such client would hold GracefulStop until shutdown_grace ran out.
+type watchEnder struct {
+	*health.Server
+	stopping <-chan struct{}
+}
+
+func (h watchEnder) Watch(req *healthpb.HealthCheckRequest, stream grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	select {
+	case <-h.stopping:
+		return status.Error(codes.Unavailable, "server stopping")
+	default:
+		return err
+	}
+}
+
+// watchStream is a Watch stream whose context ends early.
+type watchStream struct {
+	grpc.ServerStreamingServer[healthpb.HealthCheckResponse]
+	ctx context.Context
+}
+
+func (s watchStream) Context() context.Context { return s.ctx }
 
 // GetOrFetch streams the document: progress events, one metadata, then the
 // body in chunks of at most ChunkSize bytes.

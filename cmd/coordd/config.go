@@ -21,6 +21,7 @@ type fileConfig struct {
 	RedisCluster  []string      `yaml:"redis_cluster"`
 	LogLevel      string        `yaml:"log_level"`
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	DrainDelay    time.Duration `yaml:"drain_delay"`
 	L1MaxBytes    int64         `yaml:"l1_max_bytes"`
 	LockTTL       time.Duration `yaml:"lock_ttl"`
 	RedisTimeout  time.Duration `yaml:"redis_timeout"`

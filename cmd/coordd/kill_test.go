@@ -28,7 +28,9 @@ const childArgsEnv = "COORDD_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgsEnv); args != "" {
-		if err := run(context.Background(), strings.Split(args, "\x1f"), os.Stderr); err != nil {
+		ctx, stop := signalContext() // as main: SIGTERM drains
+		defer stop()
+		if err := run(ctx, strings.Split(args, "\x1f"), os.Stderr); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}

@@ -2,6 +2,7 @@
 // document across every instance, with the result pushed to every waiter.
 //
 //	coordd [--config FILE] [--listen ADDR] [--redis URL] [--upstream NAME=BASE_URL]...
+//	       [--drain-delay DURATION] [--check-config]
 //
 // With no Redis configured it runs as a single node.
 package main
@@ -29,12 +30,17 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "coordd:", err)
 		os.Exit(1)
 	}
+}
+
+// signalContext ends at the first SIGINT or SIGTERM, which start the drain.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 type stringList []string
@@ -49,6 +55,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (file and flags), then exit without serving or connecting")
+	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +75,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *redisURL != "" {
 		fc.Redis = *redisURL
 	}
+	if *drainDelay != 0 {
+		fc.DrainDelay = *drainDelay
+	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
 			return err
@@ -80,6 +91,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
 	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
+	}
+	switch {
+	case fc.DrainDelay < 0:
+		return fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay)
+	case fc.DrainDelay == 0:
+		fc.DrainDelay = 5 * time.Second
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(strings.ToLower(orDefault(fc.LogLevel, "info")))); err != nil {
@@ -100,6 +117,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err
+	}
+	if *checkConfig {
+		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
 	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
@@ -131,8 +151,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	eg.Go(func() error { return g.Serve(lis) })
 	eg.Go(func() error {
 		<-ctx.Done()
-		log.Info("draining", "grace", fc.ShutdownGrace)
-		g.Drain(fc.ShutdownGrace)
+		g.Drain(fc.DrainDelay, fc.ShutdownGrace)
 		return nil
 	})
 	err = eg.Wait()
@@ -145,6 +164,21 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	log.Info("coordd stopped")
 	return err
+}
+
+// checkCoordinatorConfig validates cfg as coordinator.New does, without
+// Redis, so that nothing connects, and reports the result.
+func checkCoordinatorConfig(cfg coordinator.Config, rdb redis.UniversalClient, stderr *os.File) error {
+	if rdb != nil {
+		_ = rdb.Close() // never used: go-redis connects lazily
+	}
+	c, err := coordinator.New(cfg, coordinator.Options{})
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	c.Close()
+	fmt.Fprintln(stderr, "coordd: configuration ok")
+	return nil
 }
 
 func redisClient(fc fileConfig) (redis.UniversalClient, error) {

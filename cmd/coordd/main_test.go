@@ -107,7 +107,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--listen", addr, "--redis", rs.URL(), "--upstream", "fake=" + up.URL()}, os.Stderr)
+		done <- run(ctx, []string{"--listen", addr, "--redis", rs.URL(), "--upstream", "fake=" + up.URL(), "--drain-delay", "1ms"}, os.Stderr)
 	}()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestRedisClusterConfig(t *testing.T) {
 	up := fakeupstream.New(t)
 	addr := freeAddr(t)
 	path := t.TempDir() + "/coordd.yaml"
-	yaml := "listen: " + addr + "\nredis_cluster: [\"" + strings.Join(rc.Addrs(), "\", \"") + "\"]\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
+	yaml := "listen: " + addr + "\nredis_cluster: [\"" + strings.Join(rc.Addrs(), "\", \"") + "\"]\ndrain_delay: 1ms\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

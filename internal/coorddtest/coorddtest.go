@@ -104,7 +104,7 @@ func Start(t testing.TB, o Options) *Instance {
 // locks), as SIGTERM does.
 func (in *Instance) Stop() {
 	in.stopOnce.Do(func() {
-		in.GRPC.Drain(2 * time.Second)
+		in.GRPC.Drain(0, 2*time.Second)
 		in.Coordinator.Close()
 		if in.Redis != nil {
 			in.Redis.Close()
