@@ -2,7 +2,7 @@
 // fake MDN served from this process.
 
 import { spawn, execFile, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createHTTPServer, type Server } from "node:http";
 import { connect, createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -72,7 +72,12 @@ export interface Coordd {
 export async function startCoordd(upstreams: Record<string, string>): Promise<Coordd> {
   const bin = await buildCoordd();
   const addr = `127.0.0.1:${await freePort()}`;
-  const args = ["--listen", addr];
+  // Tests stop coordd often: no drain delay; and no max_age floor, so that
+  // a test can refuse a copy milliseconds old.
+  const dir = mkdtempSync(join(tmpdir(), "coordd-conf-"));
+  const config = join(dir, "coordd.yaml");
+  writeFileSync(config, "drain_delay: 1ms\nmax_age_floor: -1ns\n");
+  const args = ["--config", config, "--listen", addr];
   for (const [name, base] of Object.entries(upstreams)) args.push("--upstream", `${name}=${base}`);
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
@@ -83,6 +88,7 @@ export async function startCoordd(upstreams: Record<string, string>): Promise<Co
     const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
     await exited;
     clearTimeout(t);
+    rmSync(dir, { recursive: true, force: true });
   };
   try {
     await waitForPort(addr, proc, 20_000);
