@@ -71,6 +71,10 @@ type Config struct {
 	// copy failed, stale hits serve that copy without starting another
 	// refresh. Default: 5s. Negative: none.
 	RefreshCooldown time.Duration
+	// InlineMaxBytes is the largest document (encoded) carried inside the
+	// completion event, so that followers on other instances need no L2
+	// read. Default: 32 KiB. Negative: never inline.
+	InlineMaxBytes int
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default: time.Now.
@@ -155,6 +159,7 @@ func (c *Config) setDefaults() {
 	if c.ResultTTL == 0 {
 		c.ResultTTL = 30 * time.Second
 	}
+	setDefault(&c.InlineMaxBytes, 32<<10)
 	setDefault(&c.MaxAgeFloor, 5*time.Second)
 	c.MaxAgeFloor = max(c.MaxAgeFloor, 0)
 	setDefault(&c.RefreshCooldown, 5*time.Second)

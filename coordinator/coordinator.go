@@ -129,6 +129,7 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 	}()
 	select {
 	case <-ready:
+		r.warm(c.ctx, 8)
 		r.up.Store(true)
 	case <-time.After(4 * r.timeout):
 		r.log.Warn("redis unavailable at start; serving from L1 and coordinating in-process")
@@ -432,7 +433,16 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 		case ev := <-w.ch:
 			switch ev.Type {
 			case evDone:
-				d, enc := r.getRaw(c.ctx, ev.Result, t.id)
+				var d *Document
+				enc := ev.Doc // small documents come inline: no L2 read
+				if len(enc) > 0 {
+					if d, _ = decodeDocument(enc); d != nil && d.id() != t.id {
+						d = nil
+					}
+				}
+				if d == nil {
+					d, enc = r.getRaw(c.ctx, ev.Result, t.id)
+				}
 				if !t.serves(d) {
 					return nil, nil, true
 				}
@@ -596,6 +606,9 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), c.cfg.ResultTTL
 	}
 	ev := event{Type: evDone, Key: id, Token: token, Result: rkey, Drop: !cache}
+	if len(enc) <= c.cfg.InlineMaxBytes {
+		ev.Doc = enc
+	}
 	var landed int64
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()

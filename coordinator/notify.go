@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,11 +35,31 @@ type event struct {
 	Kind   string `json:"e,omitempty"`
 	Msg    string `json:"m,omitempty"`
 	Wait   int64  `json:"w,omitempty"` // fail: retry-after in ms
+	// Doc is the landed document's encoding, carried inline when small, so
+	// that followers need no L2 read. On the wire it follows the JSON
+	// header and a newline (compact JSON has no raw newline).
+	Doc []byte `json:"-"`
 }
 
 func (e event) encode() []byte {
 	b, _ := json.Marshal(e)
+	if len(e.Doc) > 0 {
+		b = append(append(b, '\n'), e.Doc...)
+	}
 	return b
+}
+
+// decodeEvent parses a message of the completion channel.
+func decodeEvent(payload string) (event, bool) {
+	head, doc, _ := strings.Cut(payload, "\n")
+	var ev event
+	if json.Unmarshal([]byte(head), &ev) != nil || ev.Key == "" {
+		return event{}, false
+	}
+	if doc != "" {
+		ev.Doc = []byte(doc)
+	}
+	return ev, true
 }
 
 // waiter receives the events of one key. ch has room for one event; a
@@ -59,7 +80,7 @@ type hub struct {
 	log     *slog.Logger
 	onInval func(key string) // an inval event: fence and drop
 	onDrop  func(key string) // a done event with Drop: drop from L1
-	onUp    func() // called once the subscription is confirmed
+	onUp    func()           // called once the subscription is confirmed
 
 	mu      sync.Mutex // protects waiters
 	waiters map[string]map[*waiter]struct{}
@@ -191,8 +212,8 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 				h.resetAll()
 			}
 		case *redis.Message:
-			var ev event
-			if json.Unmarshal([]byte(m.Payload), &ev) != nil || ev.Key == "" {
+			ev, ok := decodeEvent(m.Payload)
+			if !ok {
 				continue
 			}
 			if ev.Type == evDone && ev.Drop && h.onDrop != nil {

@@ -194,6 +194,7 @@ func (c *Coordinator) protect(up *Upstream, next Fetcher) Fetcher {
 		log:    log,
 		budget: newRetryBudget(up.Protection.Retry),
 		local:  newLocalGuard(up, c.rl != nil, c.cfg.Now, log),
+		bg:     &c.wg,
 	}
 	if c.rl != nil {
 		p.shared = newRedisGuard(c.rl, up, nil, log)
@@ -213,6 +214,9 @@ type protected struct {
 	budget *retryBudget
 	shared *redisGuard // nil in single-node mode
 	local  *localGuard // single-node mode, and while Redis is down
+	// bg tracks outcomes recorded after the answer is handed back; the
+	// Coordinator's Close waits for them. Nil: record before returning.
+	bg *sync.WaitGroup
 }
 
 // MaxRedirects is the most redirects one fetch follows. Each redirect
@@ -250,6 +254,16 @@ func (p *protected) Fetch(ctx context.Context, fr FetchRequest, report func(Prog
 		// cached copy of a redirected url carries its target's validators.
 		fr.URL = next
 	}
+}
+
+// isRedirect reports whether resp is a redirect that Fetch may follow.
+func isRedirect(resp *Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
 }
 
 // redirect returns the canonical url resp redirects to, and false when
@@ -298,6 +312,14 @@ func (p *protected) fetchOne(ctx context.Context, fr FetchRequest, report func(P
 		resp, err = p.next.Fetch(ctx, fr, report)
 		o, why := classify(ctx, resp, err)
 		backoff := p.retryAfter(resp)
+		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
+			// The answer goes to the callers now; its outcome reaches the
+			// shared breaker a Redis round trip later. Not for a half-open
+			// probe, whose slot the next probe waits for, nor a redirect,
+			// whose next hop is admitted by the state this records.
+			p.bg.Go(func() { p.record(context.WithoutCancel(ctx), a, o, backoff) })
+			return resp, err
+		}
 		p.record(ctx, a, o, backoff)
 		if o != outcomeFailure || attempt >= rp.MaxAttempts || ctx.Err() != nil {
 			return resp, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +170,27 @@ func (r *redisLayer) watch(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// scripts lists every Lua script the coordinator runs.
+func scripts() []*redis.Script {
+	return []*redis.Script{lockScript, releaseScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
+}
+
+// warm prepares Redis for the first burst: the scripts loaded (so that no
+// call pays for EVALSHA's NOSCRIPT round trip) and conns connections
+// opened (so that no call pays for a dial).
+func (r *redisLayer) warm(ctx context.Context, conns int) {
+	ctx, cancel := context.WithTimeout(ctx, 4*r.timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range scripts() {
+		wg.Go(func() { _ = s.Load(ctx, r.rdb).Err() })
+	}
+	for range conns {
+		wg.Go(func() { _ = r.rdb.Ping(ctx).Err() })
+	}
+	wg.Wait()
 }
 
 func (r *redisLayer) ping(ctx context.Context) error {

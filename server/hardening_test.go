@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -576,5 +578,50 @@ func TestFailedRefreshCoolsDown(t *testing.T) {
 	get()
 	if got := cl.up.Count(path); got != 3 {
 		t.Fatalf("upstream requests = %d after the cooldown; want 3", got)
+	}
+}
+
+// TestSmallDocumentsHandedOffInline: a small document rides in the done
+// event, so the followers on other instances never read L2 for it (no
+// GET), while a large one is read from L2 (one GET per follower instance).
+func TestSmallDocumentsHandedOffInline(t *testing.T) {
+	// The landing script's own lock check is one GET; each follower
+	// instance reading L2 adds one.
+	for _, tt := range []struct {
+		name     string
+		size     int
+		wantGets int
+	}{{"1KiB inline", 1 << 10, 1}, {"64KiB from L2", 64 << 10, 3}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := startCluster(t, 3, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rdb := cl.redis.Client(t)
+			const path = "/inline"
+			release := make(chan struct{})
+			cl.up.Set(path, fakeupstream.Behavior{Block: release, Size: tt.size})
+			go func() {
+				_ = cl.up.WaitCount(ctx, path, 1)
+				time.Sleep(200 * time.Millisecond)
+				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+					t.Error(err)
+				}
+				close(release)
+			}()
+			out := cl.burst(t, ctx, 30, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
+			checkAll(t, out, fakeupstream.SizedBody(path, tt.size))
+			cl.checkPushOnly(t)
+			stats, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gets := 0
+			if _, rest, ok := strings.Cut(stats, "cmdstat_get:calls="); ok {
+				gets, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			}
+			if gets != tt.wantGets {
+				t.Fatalf("GET calls after the answer: %d; want %d\n%s", gets, tt.wantGets, stats)
+			}
+		})
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
 )
 
 // BenchmarkFollowerLag measures how long after the upstream answers the
@@ -88,4 +90,84 @@ func BenchmarkFollowerLag(b *testing.B) {
 	fmt.Printf("follower lag, %d callers on 3 instances: push p50 %v p99 %v; 200ms-poll baseline p50 %v p99 %v; push is %.0fx sooner at p50\n",
 		callers, pp50.Round(time.Microsecond), pp99.Round(time.Microsecond), qp50.Round(time.Microsecond), qp99.Round(time.Microsecond),
 		float64(qp50)/float64(max(pp50, time.Microsecond)))
+}
+
+// BenchmarkHandOff measures the hand-off to other instances: a caller on
+// instance 0 leads; 20 callers on each of instances 1 and 2 wait for its
+// push. Reported: how long after the upstream's answer the followers on the
+// other instances get their metadata (p50, p99), at 1 KiB and 32 KiB.
+func BenchmarkHandOff(b *testing.B) {
+	for _, size := range []int{1 << 10, 32 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			cl := startCluster(b, 3, nil)
+			ctx := context.Background()
+			var lags []time.Duration
+			for i := range b.N {
+				path := fmt.Sprintf("/handoff/%d", i)
+				release := make(chan struct{})
+				cl.up.Set(path, fakeupstream.Behavior{Block: release, Size: size})
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+						b.Error(err)
+					}
+				})
+				_ = cl.up.WaitCount(ctx, path, 1)
+				var mu sync.Mutex
+				arrived := make([]time.Time, 0, 40)
+				for k := range 40 {
+					wg.Go(func() {
+						if _, err := coorddtest.Get(ctx, cl.clients[1+k%2], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+							b.Error(err)
+						}
+						mu.Lock()
+						arrived = append(arrived, time.Now())
+						mu.Unlock()
+					})
+				}
+				time.Sleep(100 * time.Millisecond) // every follower waiting
+				landed := time.Now()
+				close(release)
+				wg.Wait()
+				for _, a := range arrived {
+					lags = append(lags, a.Sub(landed))
+				}
+			}
+			sort.Slice(lags, func(i, j int) bool { return lags[i] < lags[j] })
+			p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
+			b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
+			b.ReportMetric(float64(p99.Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkFirstCallAfterStart measures a fresh instance's first call, an
+// L2 hit: what a process started during a burst makes its first callers
+// wait (connections, scripts, types), with the gRPC connection already up.
+func BenchmarkFirstCallAfterStart(b *testing.B) {
+	rs := redistest.Start(b)
+	up := fakeupstream.New(b)
+	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
+	ctx := context.Background()
+	seed := coorddtest.Start(b, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	url := up.URL() + "/first"
+	if _, err := coorddtest.Get(ctx, seed.Dial(b), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	for range b.N {
+		in := coorddtest.Start(b, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+		c := in.Dial(b)
+		_, _ = c.Invalidate(ctx, &coorddv1.InvalidateRequest{}) // connect: refused before any I/O
+		t0 := time.Now()
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+		lat = append(lat, time.Since(t0))
+		if err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
+			b.Fatalf("%v, %v; want an L2 hit", err, d.GetMeta())
+		}
+		in.Stop()
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "first-p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds()), "first-p90-µs")
 }
