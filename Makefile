@@ -36,8 +36,8 @@ check-generated:
 .PHONY: test test-ts deps run build soak bench
 
 # deps installs what the tests need and cannot fetch through Go modules:
-# redis-server (apt-get where possible) and the TypeScript client's npm
-# packages.
+# redis-server and haproxy (apt-get where possible) and the TypeScript
+# client's npm packages.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found; installing it with apt-get"; \
@@ -51,6 +51,21 @@ deps:
 		fi; \
 	fi
 	@redis-server --version
+	@# Debian installs haproxy in /usr/sbin, often missing from a user's PATH;
+	@# the tests look there too (internal/haproxytest).
+	@export PATH="$$PATH:/usr/sbin:/usr/local/sbin"; \
+	if ! command -v haproxy >/dev/null 2>&1; then \
+		echo "haproxy not found; installing it with apt-get"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq haproxy >/dev/null; then \
+			echo "haproxy installed"; \
+		else \
+			echo "error: haproxy is required by the tests (cmd/coordd runs it in front of three coordd; deploy/ checks haproxy.cfg) and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install haproxy; macOS: brew install haproxy) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi; \
+	haproxy -v | head -n 1
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "node/npm not found; installing them with apt-get (the TypeScript client's tests need Node.js >= 20)"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \

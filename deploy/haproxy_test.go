@@ -14,6 +14,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/coordd/coordd/internal/haproxytest"
 )
 
 // tcpChecks returns the arguments of haproxy.cfg's tcp-check lines of the
@@ -36,8 +38,8 @@ func grpcFrame(msg []byte) []byte {
 // its health check and checks that they are a well-formed gRPC call of
 // grpc.health.v1.Health/Check for the overall service, and that the
 // expected answer is exactly the encoding of status SERVING and nothing
-// else, NOT_SERVING in particular. With haproxy installed, `haproxy -c`
-// also checks the file's syntax.
+// else, NOT_SERVING in particular; `haproxy -c` checks the file's syntax
+// (haproxy is required: `make deps` installs it).
 func TestHAProxyHealthCheck(t *testing.T) {
 	cfg := readFile(t, "haproxy/haproxy.cfg")
 	sends := tcpChecks(t, cfg, "send-binary")
@@ -139,11 +141,7 @@ func TestHAProxyHealthCheck(t *testing.T) {
 		t.Errorf("second expect matches %s; want %x, status SERVING", pass, serving)
 	}
 
-	if _, err := exec.LookPath("haproxy"); err != nil {
-		t.Log("haproxy not installed: its syntax check skipped")
-		return
-	}
-	out, err := exec.Command("haproxy", "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput()
+	out, err := exec.Command(haproxytest.Path(t), "-c", "-f", "haproxy/haproxy.cfg").CombinedOutput()
 	if err != nil {
 		t.Errorf("haproxy -c: %v\n%s", err, out)
 	}
