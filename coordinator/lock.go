@@ -120,6 +120,8 @@ func (l *lease) watchdog() {
 		select {
 		case <-l.stop:
 			return
+		case <-l.r.ctx.Done():
+			return
 		case <-t.C:
 		}
 		var n int64
