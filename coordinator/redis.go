@@ -47,7 +47,7 @@ type redisLayer struct {
 
 	up      atomic.Bool
 	downs   atomic.Int64 // up-to-down transitions
-	suspect chan error // a failed operation; cap 1, read by watch
+	suspect chan error   // a failed operation; cap 1, read by watch
 	hub     *hub
 	ctx     context.Context // ends on Close
 	wg      sync.WaitGroup
