@@ -26,6 +26,8 @@ type fileConfig struct {
 	RedisTimeout  time.Duration    `yaml:"redis_timeout"`
 	KeyPrefix     string           `yaml:"key_prefix"`
 	Upstreams     []upstreamConfig `yaml:"upstreams"`
+
+	securityConfig `yaml:",inline"`
 }
 
 type upstreamConfig struct {
@@ -78,6 +80,19 @@ func (fc *fileConfig) addUpstreamFlag(v string) error {
 	}
 	fc.Upstreams = append(fc.Upstreams, upstreamConfig{Name: name, BaseURL: base})
 	return nil
+}
+
+// upstreamNames are the names of the upstreams coordd will serve: the
+// configured ones, or the default.
+func (fc *fileConfig) upstreamNames() []string {
+	if len(fc.Upstreams) == 0 {
+		return []string{coordinator.DefaultUpstream().Name}
+	}
+	names := make([]string, len(fc.Upstreams))
+	for i, u := range fc.Upstreams {
+		names[i] = u.Name
+	}
+	return names
 }
 
 // coordinatorConfig translates the file's fields to the coordinator's.
