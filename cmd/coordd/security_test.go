@@ -225,4 +225,3 @@ func waitRedisHealth(t *testing.T, ctx context.Context, addr string, trust *tls.
 		time.Sleep(10 * time.Millisecond) // the service is registered before Serve; polling until it listens
 	}
 }
-
