@@ -12,6 +12,8 @@
 //	if err != nil { ... }
 //	defer c.Close()
 //	doc, err := c.Get(ctx, "https://developer.mozilla.org/en-US/docs/Web/HTTP/index.json")
+//
+// For a coordd with tenants and a TLS listener, add WithToken and WithTLS.
 package coordd
 
 import (
