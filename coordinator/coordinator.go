@@ -557,7 +557,7 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 		old := stale.Doc
 		fresh, staleUntil, rv, store := up.lifetime(resp.Header, now)
 		return &Document{
-			Key: t.Key, URL: t.URL, Upstream: up.Name, StatusCode: old.StatusCode,
+			Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
 			FetchedAt: now, FreshUntil: fresh, StaleUntil: staleUntil, Revalidation: rv, Body: old.Body,
 		}, store, nil
@@ -565,7 +565,7 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
 	}
 	d := &Document{
-		Key: t.Key, URL: t.URL, Upstream: up.Name, StatusCode: code,
+		Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: code,
 		ContentType: resp.Header.Get("Content-Type"), ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: now, Body: resp.Body,
 	}

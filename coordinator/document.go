@@ -15,6 +15,7 @@ type Document struct {
 	Key          string // cache key
 	URL          string // canonical url fetched
 	Upstream     string // upstream name
+	Tenant       string // tenant whose namespace it is cached in (Scope.Tenant); "" the default
 	StatusCode   int
 	ContentType  string
 	ETag         string
@@ -98,20 +99,20 @@ func (d *Document) Age(now time.Time) time.Duration {
 	return 0
 }
 
-// docVersion is the encoding's version. Version 2 added Revalidation;
-// version 1 copies, cached by an older coordd, still decode (as
-// RevalidateInBackground).
-const docVersion = 2
+// docVersion is the encoding's version. Version 2 added Revalidation,
+// version 3 Tenant; copies of versions 1 and 2, cached by an older coordd,
+// still decode (as RevalidateInBackground and the default tenant).
+const docVersion = 3
 
 var errBadEncoding = errors.New("coordinator: bad document encoding")
 
 // encode serialises d for L1 and L2: a version byte, length-prefixed
-// strings, varint integers and times, Revalidation, then the body as the
-// rest. Hand-rolled rather than JSON or gob so that the body is neither
+// strings, varint integers and times, Revalidation, Tenant (length-prefixed),
+// then the body as the rest. Hand-rolled rather than JSON or gob so that the body is neither
 // base64-encoded nor copied more than once.
 func (d *Document) encode() []byte {
 	n := 1 + 6*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
-		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Body) + 8*binary.MaxVarintLen64
+		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Tenant) + len(d.Body) + 8*binary.MaxVarintLen64
 	b := make([]byte, 0, n)
 	b = append(b, docVersion)
 	for _, s := range []string{d.Key, d.URL, d.Upstream, d.ContentType, d.ETag, d.LastModified} {
@@ -123,13 +124,15 @@ func (d *Document) encode() []byte {
 	b = binary.AppendVarint(b, d.FreshUntil.UnixNano())
 	b = binary.AppendVarint(b, d.StaleUntil.UnixNano())
 	b = binary.AppendUvarint(b, uint64(d.Revalidation))
+	b = binary.AppendUvarint(b, uint64(len(d.Tenant)))
+	b = append(b, d.Tenant...)
 	return append(b, d.Body...)
 }
 
 // decodeDocument parses b. The returned Document's Body aliases b, so b must
 // not be modified afterwards.
 func decodeDocument(b []byte) (*Document, error) {
-	if len(b) == 0 || (b[0] != 1 && b[0] != docVersion) {
+	if len(b) == 0 || b[0] < 1 || b[0] > docVersion {
 		return nil, errBadEncoding
 	}
 	version := b[0]
@@ -161,8 +164,17 @@ func decodeDocument(b []byte) (*Document, error) {
 		rv = Revalidation(v)
 		b = b[k:]
 	}
+	var tenant string
+	if version >= 3 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return nil, errBadEncoding
+		}
+		tenant = string(b[k : k+int(n)])
+		b = b[k+int(n):]
+	}
 	d := &Document{
-		Key: fields[0], URL: fields[1], Upstream: fields[2],
+		Key: fields[0], URL: fields[1], Upstream: fields[2], Tenant: tenant,
 		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],
 		StatusCode:   int(ints[0]),
 		FetchedAt:    time.Unix(0, ints[1]),

@@ -9,7 +9,7 @@ import (
 func TestDocumentRoundTrip(t *testing.T) {
 	now := time.Unix(1700000000, 123)
 	d := &Document{
-		Key: "k", URL: "https://x/a", Upstream: "mdn", StatusCode: 200, ContentType: "text/html",
+		Key: "k", URL: "https://x/a", Upstream: "mdn", Tenant: "team-a", StatusCode: 200, ContentType: "text/html",
 		ETag: `"e"`, LastModified: "Mon, 01 Jan 2024 00:00:00 GMT",
 		FetchedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour),
 		Revalidation: RevalidateStrictly, Body: bytes.Repeat([]byte("ab"), 1000),
@@ -21,12 +21,14 @@ func TestDocumentRoundTrip(t *testing.T) {
 	if got.Key != d.Key || got.URL != d.URL || got.Upstream != d.Upstream || got.StatusCode != d.StatusCode ||
 		got.ContentType != d.ContentType || got.ETag != d.ETag || got.LastModified != d.LastModified ||
 		!got.FetchedAt.Equal(d.FetchedAt) || !got.FreshUntil.Equal(d.FreshUntil) || !got.StaleUntil.Equal(d.StaleUntil) ||
-		got.Revalidation != d.Revalidation || !bytes.Equal(got.Body, d.Body) {
+		got.Revalidation != d.Revalidation || got.Tenant != d.Tenant || !bytes.Equal(got.Body, d.Body) {
 		t.Fatalf("round trip = %+v; want %+v", got, d)
 	}
 	unknownRV := d.encode()
-	unknownRV[len(unknownRV)-len(d.Body)-1] = byte(RevalidateStrictly) + 1
-	for _, bad := range [][]byte{nil, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV} {
+	unknownRV[len(unknownRV)-len(d.Body)-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
+	longTenant := d.encode()
+	longTenant[len(longTenant)-len(d.Body)-len(d.Tenant)-1] = 0x7f // longer than the rest
+	for _, bad := range [][]byte{nil, {0}, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)]} {
 		if _, err := decodeDocument(bad); err == nil {
 			t.Errorf("decodeDocument(%x) succeeded; want error", bad)
 		}
@@ -43,21 +45,40 @@ func FuzzDecodeDocument(f *testing.F) {
 	})
 }
 
-// TestDecodeVersion1: a copy an older coordd cached (version 1, without
-// Revalidation) still decodes, as RevalidateInBackground.
-func TestDecodeVersion1(t *testing.T) {
+// TestDecodeOlderVersions: copies an older coordd cached still decode:
+// version 1 (without Revalidation) as RevalidateInBackground, versions 1
+// and 2 (without Tenant) as the default tenant, whose ids they were stored
+// under.
+func TestDecodeOlderVersions(t *testing.T) {
 	now := time.Unix(1700000000, 0)
-	d := &Document{Key: "k", StatusCode: 200, ETag: `"e"`, FetchedAt: now, FreshUntil: now, StaleUntil: now.Add(time.Hour), Body: []byte("body")}
-	v2 := d.encode()
-	// Version 1 is version 2 without the Revalidation varint (one byte
-	// here) before the body.
-	v1 := append([]byte{1}, v2[1:len(v2)-len(d.Body)-1]...)
-	v1 = append(v1, d.Body...)
-	got, err := decodeDocument(v1)
-	if err != nil {
-		t.Fatal(err)
+	d := &Document{Key: "https://x/a", URL: "https://x/a", Upstream: "mdn", StatusCode: 200, ETag: `"e"`, FetchedAt: now, FreshUntil: now,
+		StaleUntil: now.Add(time.Hour), Revalidation: RevalidateStrictly, Body: []byte("body")}
+	v3 := d.encode()
+	// Version 2 is version 3 without the Tenant (one zero byte here) before
+	// the body; version 1 is version 2 without the Revalidation varint (one
+	// byte here) before that.
+	head := v3[1 : len(v3)-len(d.Body)-1]
+	v2 := append(append([]byte{2}, head...), d.Body...)
+	v1 := append(append([]byte{1}, head[:len(head)-1]...), d.Body...)
+	tests := []struct {
+		name   string
+		enc    []byte
+		wantRV Revalidation
+	}{
+		{"version 1", v1, RevalidateInBackground},
+		{"version 2", v2, RevalidateStrictly},
+		{"version 3", v3, RevalidateStrictly},
 	}
-	if got.Key != d.Key || got.ETag != d.ETag || !got.StaleUntil.Equal(d.StaleUntil) || got.Revalidation != RevalidateInBackground || !bytes.Equal(got.Body, d.Body) {
-		t.Errorf("got %+v; want %+v", got, d)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeDocument(tt.enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Key != d.Key || got.ETag != d.ETag || !got.StaleUntil.Equal(d.StaleUntil) || got.Revalidation != tt.wantRV ||
+				got.Tenant != "" || got.id() != d.URL || !bytes.Equal(got.Body, d.Body) {
+				t.Errorf("got %+v (id %q); want %+v with Revalidation %v, id %q", got, got.id(), d, tt.wantRV, d.URL)
+			}
+		})
 	}
 }

@@ -14,9 +14,10 @@ var (
 	// oversized url, a scheme other than http(s), userinfo, control
 	// characters, or an oversized key. It is returned before any I/O.
 	ErrInvalidArgument = errors.New("coordinator: invalid argument")
-	// ErrForbidden reports a url outside every configured upstream. It is
-	// returned before any I/O.
-	ErrForbidden = errors.New("coordinator: url outside every configured upstream")
+	// ErrForbidden reports a url outside every configured upstream, or of
+	// an upstream the caller's Scope does not grant. It is returned before
+	// any I/O.
+	ErrForbidden = errors.New("coordinator: forbidden")
 	// ErrUnavailable reports that the upstream could not be reached or
 	// answered 5xx, and no usable stale copy exists.
 	ErrUnavailable = errors.New("coordinator: upstream unavailable")

@@ -7,7 +7,8 @@ package coordinator
 // can take a url's place, and no upstream's caller can take another
 // upstream's key. Every read also checks that the stored document is the
 // caller's url: a key shared by two urls is a miss for the one that did not
-// fill it, never the other url's body.
+// fill it, never the other url's body. A tenant's ids are prefixed with
+// its name (see scopedID), so that tenants never share a document.
 
 func cacheID(upstream, url, key string) string {
 	if key == "" || key == url {
@@ -16,8 +17,9 @@ func cacheID(upstream, url, key string) string {
 	return "key/" + upstream + "/" + key
 }
 
-// id is the cache id d is stored under.
-func (d *Document) id() string { return cacheID(d.Upstream, d.URL, d.Key) }
+// id is the cache id d is stored under, in its tenant's namespace (see
+// scopedID).
+func (d *Document) id() string { return scopedID(d.Tenant, cacheID(d.Upstream, d.URL, d.Key)) }
 
 // flightKey identifies t's flight in this instance: one per id and url, so
 // that callers of one key with different urls never share a fetch.

@@ -15,21 +15,36 @@ const (
 	MaxKeyBytes = 512  // longest cache key accepted
 )
 
-// Target is a validated request: the canonical url, its cache key and the
-// upstream it belongs to. Build one with Coordinator.Resolve.
+// Target is a validated request: the canonical url, its cache key, the
+// upstream it belongs to and the tenant it is cached for. Build one with
+// Coordinator.ResolveIn.
 type Target struct {
 	URL      string // canonical url; empty for an invalidation by key
 	Key      string // cache key: the caller's, or URL
-	id       string // cache id (see cacheID)
+	id       string // cache id (see cacheID and scopedID)
+	tenant   string // Scope.Tenant
 	upstream *Upstream
 }
 
 // Upstream returns the name of the target's upstream.
 func (t Target) Upstream() string { return t.upstream.Name }
 
-// Resolve validates rawURL and key and finds the upstream rawURL belongs to.
-// It does no I/O. Errors wrap ErrInvalidArgument or ErrForbidden.
+// Tenant returns the tenant the target is cached for; "" is the default.
+func (t Target) Tenant() string { return t.tenant }
+
+// Resolve is ResolveIn for the zero Scope: the default tenant, every
+// upstream.
 func (c *Coordinator) Resolve(rawURL, key string) (Target, error) {
+	return c.ResolveIn(Scope{}, rawURL, key)
+}
+
+// ResolveIn validates rawURL and key and finds the upstream rawURL belongs
+// to, which s must grant. It does no I/O. Errors wrap ErrInvalidArgument or
+// ErrForbidden (outside every upstream, or an upstream s does not grant).
+func (c *Coordinator) ResolveIn(s Scope, rawURL, key string) (Target, error) {
+	if err := s.validate(); err != nil {
+		return Target{}, err
+	}
 	u, err := canonicalURL(rawURL)
 	if err != nil {
 		return Target{}, err
@@ -39,26 +54,36 @@ func (c *Coordinator) Resolve(rawURL, key string) (Target, error) {
 	}
 	up := c.match(u)
 	if up == nil {
-		return Target{}, fmt.Errorf("%w: %s", ErrForbidden, u.Redacted())
+		return Target{}, fmt.Errorf("%w: url %s is outside every configured upstream", ErrForbidden, u.Redacted())
 	}
-	t := Target{URL: u.String(), Key: key, upstream: up}
+	if !s.grants(up.Name) {
+		return Target{}, notGranted(s, up.Name)
+	}
+	t := Target{URL: u.String(), Key: key, tenant: s.Tenant, upstream: up}
 	if t.Key == "" {
 		t.Key = t.URL
 	}
-	t.id = cacheID(up.Name, t.URL, t.Key)
+	t.id = scopedID(s.Tenant, cacheID(up.Name, t.URL, t.Key))
 	return t, nil
 }
 
-// ResolveInvalidation validates what an Invalidate names and returns the
-// targets it removes. It does no I/O; errors wrap ErrInvalidArgument or
-// ErrForbidden. A url (with an optional key) names one document of the
-// url's upstream. A key alone that is an absolute url is resolved as that
-// url, so that it is held to the upstreams' allow-list; any other key alone
-// names that custom key in every upstream, each its own namespace.
+// ResolveInvalidation is ResolveInvalidationIn for the zero Scope.
 func (c *Coordinator) ResolveInvalidation(rawURL, key string) ([]Target, error) {
+	return c.ResolveInvalidationIn(Scope{}, rawURL, key)
+}
+
+// ResolveInvalidationIn validates what an Invalidate names and returns the
+// targets it removes, in s's namespace. It does no I/O; errors wrap
+// ErrInvalidArgument or ErrForbidden. A url (with an optional key) names
+// one document of the url's upstream, which s must grant. A key alone that
+// is an absolute url is resolved as that url, so that it is held to the
+// upstreams' allow-list and to s; any other key alone names that custom key
+// in every upstream s grants, each its own namespace (ErrForbidden if s
+// grants none).
+func (c *Coordinator) ResolveInvalidationIn(s Scope, rawURL, key string) ([]Target, error) {
 	switch {
 	case rawURL != "":
-		t, err := c.Resolve(rawURL, key)
+		t, err := c.ResolveIn(s, rawURL, key)
 		if err != nil {
 			return nil, err
 		}
@@ -66,19 +91,27 @@ func (c *Coordinator) ResolveInvalidation(rawURL, key string) ([]Target, error) 
 	case key == "":
 		return nil, invalid("url and key are empty")
 	case strings.HasPrefix(strings.ToLower(key), "http://") || strings.HasPrefix(strings.ToLower(key), "https://"):
-		t, err := c.Resolve(key, "")
+		t, err := c.ResolveIn(s, key, "")
 		if err != nil {
 			return nil, err
 		}
 		return []Target{t}, nil
 	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
-	ts := make([]Target, len(c.cfg.Upstreams))
+	var ts []Target
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
-		ts[i] = Target{Key: key, id: cacheID(up.Name, "", key), upstream: up}
+		if s.grants(up.Name) {
+			ts = append(ts, Target{Key: key, id: scopedID(s.Tenant, cacheID(up.Name, "", key)), tenant: s.Tenant, upstream: up})
+		}
+	}
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("%w: tenant %q is granted no upstream", ErrForbidden, s.Tenant)
 	}
 	return ts, nil
 }

@@ -35,18 +35,24 @@ const RedisHealthService = "coordd.v1.CoordinatorService/redis"
 // Server implements coorddv1.CoordinatorServiceServer over a Coordinator.
 type Server struct {
 	coorddv1.UnimplementedCoordinatorServiceServer
-	c   *coordinator.Coordinator
-	log *slog.Logger
+	c            *coordinator.Coordinator
+	log          *slog.Logger
+	auth         *Auth // nil: every caller is the default tenant (see WithAuth)
+	noReflection bool
 }
 
 var _ coorddv1.CoordinatorServiceServer = (*Server)(nil)
 
 // New returns a Server over c.
-func New(c *coordinator.Coordinator, log *slog.Logger) *Server {
+func New(c *coordinator.Coordinator, log *slog.Logger, opts ...Option) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{c: c, log: log.With("component", "server")}
+	s := &Server{c: c, log: log.With("component", "server")}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // GRPC is a ready-to-serve grpc.Server with coordd's service, health and
@@ -103,12 +109,15 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 		}),
 		grpc.MaxConcurrentStreams(10000), // many agents share few connections
 	}
+	base = append(base, s.authOptions()...)
 	g := grpc.NewServer(append(base, opts...)...)
 	coorddv1.RegisterCoordinatorServiceServer(g, s)
 	hs := health.NewServer()
 	stopping := make(chan struct{})
 	healthpb.RegisterHealthServer(g, watchEnder{Server: hs, stopping: stopping})
-	reflection.Register(g)
+	if !s.noReflection {
+		reflection.Register(g)
+	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return &GRPC{Server: g, Health: hs, log: s.log, stopping: stopping}
@@ -192,7 +201,11 @@ func (s watchStream) Context() context.Context { return s.ctx }
 // GetOrFetch streams the document: progress events, one metadata, then the
 // body in chunks of at most ChunkSize bytes.
 func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
-	t, err := s.c.Resolve(req.GetUrl(), req.GetKey())
+	p, err := s.principal(stream.Context())
+	if err != nil {
+		return err
+	}
+	t, err := s.c.ResolveIn(p.scope, req.GetUrl(), req.GetKey())
 	if err != nil {
 		return toStatus(err)
 	}
@@ -243,10 +256,19 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 
 // Invalidate removes a document from L2 and from every instance's L1. A
 // url names one document (with key: that custom key of the url's
-// upstream); a key alone names that key in every upstream, or, if it is a
-// url, that url's document. Either is held to the upstreams' allow-list.
+// upstream); a key alone names that key in every upstream the caller is
+// granted, or, if it is a url, that url's document. Either is held to the
+// upstreams' allow-list and to the caller's tenant: its namespace, its
+// upstreams, and the admin right, without which it is PERMISSION_DENIED.
 func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest) (*coorddv1.InvalidateResponse, error) {
-	ts, err := s.c.ResolveInvalidation(req.GetUrl(), req.GetKey())
+	p, err := s.principal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !p.admin {
+		return nil, status.Errorf(codes.PermissionDenied, "tenant %q may not invalidate: it has no admin right", p.scope.Tenant)
+	}
+	ts, err := s.c.ResolveInvalidationIn(p.scope, req.GetUrl(), req.GetKey())
 	if err != nil {
 		return nil, toStatus(err)
 	}

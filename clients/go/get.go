@@ -36,7 +36,9 @@ type Document struct {
 // as a 404, is a Document with that status code, not an error.
 //
 // Errors are gRPC status errors (INVALID_ARGUMENT for a malformed url,
-// PERMISSION_DENIED for one outside every upstream, UNAVAILABLE when the
+// UNAUTHENTICATED without a valid token (WithToken) where coordd requires
+// one, PERMISSION_DENIED for one outside every upstream or of an upstream
+// the token's tenant is not granted, UNAVAILABLE when the
 // upstream fails and no stale copy exists, DEADLINE_EXCEEDED), possibly
 // wrapped in ErrUnreachable or ErrCircuitOpen; or they wrap ErrBadStream.
 // Get retries per the Client's

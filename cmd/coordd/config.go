@@ -35,6 +35,8 @@ type fileConfig struct {
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
+
+	securityConfig `yaml:",inline"`
 }
 
 type upstreamConfig struct {
@@ -87,6 +89,19 @@ func (fc *fileConfig) addUpstreamFlag(v string) error {
 	}
 	fc.Upstreams = append(fc.Upstreams, upstreamConfig{Name: name, BaseURL: base})
 	return nil
+}
+
+// upstreamNames are the names of the upstreams coordd will serve: the
+// configured ones, or the default.
+func (fc *fileConfig) upstreamNames() []string {
+	if len(fc.Upstreams) == 0 {
+		return []string{coordinator.DefaultUpstream().Name}
+	}
+	names := make([]string, len(fc.Upstreams))
+	for i, u := range fc.Upstreams {
+		names[i] = u.Name
+	}
+	return names
 }
 
 // coordinatorConfig translates the file's fields to the coordinator's.

@@ -114,6 +114,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	cfg.Logger = log
+	srvOpts, grpcOpts, err := fc.serverOptions(log, fc.upstreamNames())
+	if err != nil {
+		return err
+	}
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err
@@ -136,7 +140,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls})
+	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, grpcOpts...)
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}
@@ -187,10 +191,14 @@ func redisClient(fc fileConfig) (redis.UniversalClient, error) {
 		timeout = 500 * time.Millisecond
 	}
 	if len(fc.RedisCluster) > 0 {
-		return redis.NewClusterClient(&redis.ClusterOptions{
+		o := &redis.ClusterOptions{
 			Addrs: fc.RedisCluster, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 			ContextTimeoutEnabled: true,
-		}), nil
+		}
+		if err := fc.secureRedisCluster(o); err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(o), nil
 	}
 	if fc.Redis == "" {
 		return nil, nil
@@ -201,6 +209,9 @@ func redisClient(fc fileConfig) (redis.UniversalClient, error) {
 	}
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
 	o.ContextTimeoutEnabled = true
+	if err := fc.secureRedis(o); err != nil {
+		return nil, err
+	}
 	return redis.NewClient(o), nil
 }
 

@@ -4,9 +4,13 @@
 // assistants asking for the same page cost MDN one request.
 //
 //	mdn-mcp [--coordd ADDR] [--mdn-base URL] [--timeout DURATION]
+//	        [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
+//	        [--coordd-tls-cert FILE --coordd-tls-key FILE]
 //
 // coordd must list the --mdn-base URL among its upstreams (MDN is its
-// default). The server speaks MCP on stdin and stdout and logs to stderr.
+// default), and grant it to the token's tenant if it requires tokens. The
+// token is best given as $COORDD_TOKEN, out of sight of ps. The server
+// speaks MCP on stdin and stdout and logs to stderr.
 package main
 
 import (
@@ -47,6 +51,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	addr := fs.String("coordd", "127.0.0.1:50051", "coordd's gRPC `address`: host:port (resolved through DNS, every address used) or a gRPC target such as dns:///coordd:50051")
 	baseFlag := fs.String("mdn-base", "https://developer.mozilla.org", "MDN's base `URL`; coordd must have it as an upstream")
 	timeout := fs.Duration("timeout", 30*time.Second, "deadline of one tool call's fetch through coordd, retries included")
+	var sec coorddSecurity
+	fs.StringVar(&sec.token, "coordd-token", os.Getenv("COORDD_TOKEN"), "bearer `token` for a coordd that requires one (default $COORDD_TOKEN)")
+	fs.BoolVar(&sec.tls, "coordd-tls", false, "dial coordd over TLS, trusting the system's roots")
+	fs.StringVar(&sec.caFile, "coordd-tls-ca", "", "dial coordd over TLS, trusting the CAs in this PEM `file`")
+	fs.StringVar(&sec.certFile, "coordd-tls-cert", "", "client certificate PEM `file`, for a coordd that requires one (mutual TLS)")
+	fs.StringVar(&sec.keyFile, "coordd-tls-key", "", "client certificate's key PEM `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +72,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "mdn-mcp")
 
-	client, err := coordd.Dial(*addr, coordd.WithTimeout(*timeout))
+	secOpts, err := sec.options()
+	if err != nil {
+		return err
+	}
+	client, err := coordd.Dial(*addr, append(secOpts, coordd.WithTimeout(*timeout))...)
 	if err != nil {
 		return err
 	}

@@ -153,10 +153,16 @@ func startStack(t *testing.T) *stack {
 // exit cleanly (a crash or a detected race fails the test).
 func connect(t *testing.T, args ...string) *mcp.ClientSession {
 	t.Helper()
+	return connectEnv(t, nil, args...)
+}
+
+// connectEnv is connect with env added to mdn-mcp's environment.
+func connectEnv(t *testing.T, env []string, args ...string) *mcp.ClientSession {
+	t.Helper()
 	var stderr bytes.Buffer
 	var mu sync.Mutex
 	cmd := exec.Command(binary, args...)
-	cmd.Env = raceEnv()
+	cmd.Env = append(raceEnv(), env...)
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
 		mu.Lock()
 		defer mu.Unlock()

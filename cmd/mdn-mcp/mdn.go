@@ -141,7 +141,9 @@ func (m *mdn) explain(what string, err error) error {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("cannot get %s: timed out (%v)", what, err)
 	case codes.PermissionDenied:
-		return fmt.Errorf("cannot get %s: coordd at %s is not configured with %s as an upstream (%v)", what, m.coordd, m.base, err)
+		return fmt.Errorf("cannot get %s: coordd at %s does not serve %s to this client: it is not one of its upstreams, or the token's tenant is not granted it (%v)", what, m.coordd, m.base, err)
+	case codes.Unauthenticated:
+		return fmt.Errorf("cannot get %s: coordd at %s requires a valid token: set $COORDD_TOKEN or --coordd-token (%v)", what, m.coordd, err)
 	}
 	return fmt.Errorf("cannot get %s through coordd: %v", what, err)
 }

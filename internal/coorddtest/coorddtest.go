@@ -43,6 +43,11 @@ type Options struct {
 	Addr string
 	// Server configures the gRPC server.
 	Server server.Config
+	// ServerOptions are options of server.New, such as server.WithAuth.
+	ServerOptions []server.Option
+	// GRPC are options appended to server.NewGRPC's, such as grpc.Creds
+	// for a TLS listener.
+	GRPC []grpc.ServerOption
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -92,7 +97,7 @@ func Start(t testing.TB, o Options) *Instance {
 		t.Fatalf("coorddtest: listen: %v", err)
 	}
 	mu.Lock()
-	g = server.NewGRPC(server.New(c, cfg.Logger), o.Server)
+	g = server.NewGRPC(server.New(c, cfg.Logger, o.ServerOptions...), o.Server, o.GRPC...)
 	mu.Unlock()
 	go func() { _ = g.Serve(lis) }()
 	in.Addr, in.Coordinator, in.GRPC = lis.Addr().String(), c, g
@@ -124,15 +129,24 @@ func (in *Instance) Crash() {
 	})
 }
 
-// Dial returns a client for the instance, closed on cleanup.
-func (in *Instance) Dial(t testing.TB) coorddv1.CoordinatorServiceClient {
+// Dial returns a client for the instance, closed on cleanup. opts are
+// appended to its own (plaintext), so they win: say, per-RPC credentials
+// or TLS.
+func (in *Instance) Dial(t testing.TB, opts ...grpc.DialOption) coorddv1.CoordinatorServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(in.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return coorddv1.NewCoordinatorServiceClient(in.Conn(t, opts...))
+}
+
+// Conn returns a connection to the instance, closed on cleanup, for
+// services other than coordd's (health, reflection). opts are as for Dial.
+func (in *Instance) Conn(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(in.Addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatalf("coorddtest: dial: %v", err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return coorddv1.NewCoordinatorServiceClient(cc)
+	return cc
 }
 
 // Doc is a reassembled GetOrFetch stream.

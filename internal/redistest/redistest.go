@@ -57,6 +57,8 @@ type config struct {
 // WithArgs appends command-line arguments to redis-server, after the ones
 // Start sets itself, so they win: WithArgs("--maxmemory", "10mb",
 // "--maxmemory-policy", "allkeys-lru"). Do not pass --port, --bind or --dir.
+// A server started with --requirepass counts as up when it answers PING
+// with NOAUTH; give its clients the password.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
@@ -352,7 +354,8 @@ func (s *Server) startLocked() error {
 	}
 }
 
-// ping sends one RESP PING and expects +PONG.
+// ping sends one RESP PING and expects +PONG, or -NOAUTH from a server
+// started with --requirepass: either way it answers.
 func ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
@@ -367,7 +370,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH ") {
 		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
 	}
 	return nil

@@ -6,7 +6,7 @@
 
 import { setTimeout as delay } from "node:timers/promises";
 
-import { Code, ConnectError, createClient, type CallOptions, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
 import { CoordinatorService, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
@@ -75,8 +75,31 @@ export interface RetryOptions {
   maxDelayMs?: number;
 }
 
+/** TLSOptions configure TLS to coordd: PEM strings or buffers, as node:tls
+ * takes them. */
+export interface TLSOptions {
+  /** ca replaces the system's roots: the CAs that sign coordd's
+   * certificate. */
+  ca?: string | Buffer;
+  /** cert and key are a client certificate, for a coordd that requires
+   * one (mutual TLS). */
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  /** servername is the name coordd's certificate must carry. Default: the
+   * address's host. */
+  servername?: string;
+}
+
 /** ClientOptions configure a CoorddClient. */
 export interface ClientOptions {
+  /** token is sent on every call as "authorization: Bearer <token>", for
+   * a coordd that requires one (its tenants). Without TLS it crosses the
+   * network in clear text. Default: none. */
+  token?: string;
+  /** tls dials coordd over TLS: true for the system's roots, or options
+   * with a private CA and a client certificate. An addr of
+   * https://host:port turns TLS on too. Default: plaintext. */
+  tls?: boolean | TLSOptions;
   /** retry is the default for every call. */
   retry?: RetryOptions;
   /** timeoutMs is the default deadline of a call, every attempt and
@@ -125,9 +148,22 @@ export class CoorddClient {
   /** addr is host:port, or a base URL such as http://host:port. */
   constructor(addr: string = DEFAULT_ADDR, opts: ClientOptions = {}) {
     this.addr = addr;
-    const baseUrl = /^https?:\/\//.test(addr) ? addr : `http://${addr}`;
-    this.session = new Http2SessionManager(baseUrl);
-    this.rpc = createClient(CoordinatorService, createGrpcTransport({ baseUrl, sessionManager: this.session }));
+    const scheme = opts.tls ? "https" : "http";
+    const baseUrl = /^https?:\/\//.test(addr) ? addr : `${scheme}://${addr}`;
+    const tls = typeof opts.tls === "object" ? opts.tls : {};
+    this.session = new Http2SessionManager(baseUrl, undefined, tls);
+    const interceptors: Interceptor[] = [];
+    if (opts.token) {
+      const authorization = `Bearer ${opts.token}`;
+      interceptors.push((next) => (req) => {
+        req.header.set("authorization", authorization);
+        return next(req);
+      });
+    }
+    this.rpc = createClient(
+      CoordinatorService,
+      createGrpcTransport({ baseUrl, sessionManager: this.session, interceptors }),
+    );
     this.retry = opts.retry ?? {};
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
@@ -138,10 +174,13 @@ export class CoorddClient {
    * exactly one metadata event, then the body in chunks.
    *
    * It rejects with a ConnectError carrying coordd's code: InvalidArgument
-   * (malformed url), PermissionDenied (outside every upstream), Unavailable
+   * (malformed url), Unauthenticated (no valid token, for a coordd that
+   * requires one), PermissionDenied (outside every upstream, or one the
+   * token's tenant is not granted), Unavailable
    * (upstream down, no stale copy), ResourceExhausted, FailedPrecondition,
    * DeadlineExceeded; with an UnreachableError (Unavailable) when no coordd
-   * answered; with Canceled when signal aborts; with Internal when the
+   * answered (the TLS handshake failing included); with Canceled when
+   * signal aborts; with Internal when the
    * stream breaks its order or its body differs from the size its metadata
    * announced (a longer body fails as soon as its excess arrives; the body
    * is allocated once from that size). Unavailable and ResourceExhausted are retried
@@ -232,15 +271,27 @@ const NETWORK_ERRORS = new Set([
   "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN",
 ]);
 
+// Node's error codes for a certificate it does not trust, besides those
+// starting with ERR_TLS_ or ERR_SSL_.
+const TLS_VERIFY_ERRORS = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "SELF_SIGNED_CERT_IN_CHAIN", "DEPTH_ZERO_SELF_SIGNED_CERT", "CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED", "CERT_REJECTED", "HOSTNAME_MISMATCH",
+]);
+
 // lostConnection reports whether err is the transport failing rather than
 // an answer from coordd. Connect maps a refused connection to Unavailable
-// but a reset one to Aborted, and a connection that dies mid-stream to
-// Canceled, which grpc-go (and so the Go client) reports as Unavailable.
+// but a reset one to Aborted, a connection that dies mid-stream to
+// Canceled, and a failed TLS handshake (an untrusted certificate, or a
+// client certificate refused) to Internal, all of which grpc-go (and so
+// the Go client) reports as Unavailable.
 function lostConnection(err: ConnectError, signal?: AbortSignal): boolean {
   if (err instanceof UnreachableError) return false;
   for (let e: unknown = err.cause; e instanceof Error; e = e.cause) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && NETWORK_ERRORS.has(code)) return true;
+    if (typeof code !== "string") continue;
+    if (NETWORK_ERRORS.has(code) || TLS_VERIFY_ERRORS.has(code)) return true;
+    if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_")) return true;
   }
   return err.code === Code.Canceled && !signal?.aborted;
 }

@@ -115,7 +115,9 @@ export class MDN {
       case Code.DeadlineExceeded:
         return `cannot get ${what}: timed out (${ce.message})`;
       case Code.PermissionDenied:
-        return `cannot get ${what}: coordd at ${addr} is not configured with ${origin(this.base)} as an upstream (${ce.message})`;
+        return `cannot get ${what}: coordd at ${addr} does not serve ${origin(this.base)} to this client: it is not one of its upstreams, or the token's tenant is not granted it (${ce.message})`;
+      case Code.Unauthenticated:
+        return `cannot get ${what}: coordd at ${addr} requires a valid token: set $COORDD_TOKEN or --coordd-token (${ce.message})`;
     }
     return `cannot get ${what} through coordd at ${addr}: ${ce.message}`;
   }

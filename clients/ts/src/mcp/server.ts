@@ -3,7 +3,10 @@
 // which read MDN through coordd instead of fetching it themselves.
 //
 //	node dist/mcp/server.js [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
+//	  [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
+//	  [--coordd-tls-cert FILE --coordd-tls-key FILE]
 
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -11,16 +14,53 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 
-import { CoorddClient, DEFAULT_ADDR } from "../client.js";
+import { CoorddClient, DEFAULT_ADDR, type ClientOptions } from "../client.js";
 import { DEFAULT_MDN_BASE, MDN, SEARCH_RESULTS } from "./mdn.js";
 
-const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
+const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION] [--coordd-token TOKEN]
+              [--coordd-tls] [--coordd-tls-ca FILE] [--coordd-tls-cert FILE --coordd-tls-key FILE]
 
-  --coordd ADDR        coordd's gRPC address (default ${DEFAULT_ADDR})
-  --mdn-base URL       MDN's base URL; coordd must have it as an upstream (default ${DEFAULT_MDN_BASE})
-  --timeout DURATION   deadline of one tool call's fetch through coordd, retries included,
-                       such as 30s, 1500ms or 2m (default 30s)
+  --coordd ADDR            coordd's gRPC address (default ${DEFAULT_ADDR})
+  --mdn-base URL           MDN's base URL; coordd must have it as an upstream (default ${DEFAULT_MDN_BASE})
+  --timeout DURATION       deadline of one tool call's fetch through coordd, retries included,
+                           such as 30s, 1500ms or 2m (default 30s)
+  --coordd-token TOKEN     bearer token for a coordd that requires one (default $COORDD_TOKEN,
+                           which keeps it out of sight of ps)
+  --coordd-tls             dial coordd over TLS, trusting the system's roots
+  --coordd-tls-ca FILE     dial coordd over TLS, trusting the CAs in this PEM file
+  --coordd-tls-cert FILE   client certificate PEM file, for a coordd that requires one (mutual TLS)
+  --coordd-tls-key FILE    the client certificate's key PEM file
 `;
+
+/** securityOptions turns the security flags into ClientOptions. Errors
+ * name the flag, never the token. */
+function securityOptions(v: {
+  token?: string;
+  tls?: boolean;
+  ca?: string;
+  cert?: string;
+  key?: string;
+}): ClientOptions {
+  const opts: ClientOptions = {};
+  if (v.token) opts.token = v.token;
+  if ((v.cert === undefined) !== (v.key === undefined)) {
+    throw new Error("--coordd-tls-cert and --coordd-tls-key go together");
+  }
+  if (!v.tls && v.ca === undefined && v.cert === undefined) return opts;
+  const read = (flag: string, path: string) => {
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new Error(`${flag}: ${(err as Error).message}`);
+    }
+  };
+  opts.tls = {
+    ca: v.ca === undefined ? undefined : read("--coordd-tls-ca", v.ca),
+    cert: v.cert === undefined ? undefined : read("--coordd-tls-cert", v.cert),
+    key: v.key === undefined ? undefined : read("--coordd-tls-key", v.key),
+  };
+  return opts;
+}
 
 // parseDuration reads "30s", "1500ms", "2m" or plain seconds, in ms.
 function parseDuration(s: string): number {
@@ -87,6 +127,11 @@ async function main(): Promise<void> {
         coordd: { type: "string", default: DEFAULT_ADDR },
         "mdn-base": { type: "string", default: DEFAULT_MDN_BASE },
         timeout: { type: "string", default: "30s" },
+        "coordd-token": { type: "string", default: process.env["COORDD_TOKEN"] ?? "" },
+        "coordd-tls": { type: "boolean", default: false },
+        "coordd-tls-ca": { type: "string" },
+        "coordd-tls-cert": { type: "string" },
+        "coordd-tls-key": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -105,7 +150,20 @@ async function main(): Promise<void> {
     process.stderr.write(`--timeout ${JSON.stringify(values.timeout)}: want a positive duration such as 30s\n`);
     process.exit(2);
   }
-  const coordd = new CoorddClient(values.coordd, { timeoutMs });
+  let security: ClientOptions;
+  try {
+    security = securityOptions({
+      token: values["coordd-token"],
+      tls: values["coordd-tls"],
+      ca: values["coordd-tls-ca"],
+      cert: values["coordd-tls-cert"],
+      key: values["coordd-tls-key"],
+    });
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  const coordd = new CoorddClient(values.coordd, { ...security, timeoutMs });
   let mdn: MDN;
   try {
     mdn = new MDN(coordd, values["mdn-base"]);

@@ -2,7 +2,7 @@
 // fake MDN served from this process.
 
 import { spawn, execFile, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createHTTPServer, type Server } from "node:http";
 import { connect, createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -67,9 +67,17 @@ export interface Coordd {
   kill(): void;
 }
 
+/** CoorddOptions configure startCoordd. */
+export interface CoorddOptions {
+  /** config is YAML written to a file given as --config (tls, tenants). */
+  config?: string;
+  /** env is added to coordd's environment (tokens_env). */
+  env?: Record<string, string>;
+}
+
 /** startCoordd starts coordd in single-node mode on a free port with the
  * given upstreams, and resolves once the port accepts connections. */
-export async function startCoordd(upstreams: Record<string, string>): Promise<Coordd> {
+export async function startCoordd(upstreams: Record<string, string>, opts: CoorddOptions = {}): Promise<Coordd> {
   const bin = await buildCoordd();
   const addr = `127.0.0.1:${await freePort()}`;
   // Tests stop coordd often: no drain delay; and no max_age floor, so that
@@ -79,7 +87,13 @@ export async function startCoordd(upstreams: Record<string, string>): Promise<Co
   writeFileSync(config, "drain_delay: 1ms\nmax_age_floor: -1ns\n");
   const args = ["--config", config, "--listen", addr];
   for (const [name, base] of Object.entries(upstreams)) args.push("--upstream", `${name}=${base}`);
-  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"] });
+  if (opts.config !== undefined) {
+    const dir = mkdtempSync(join(tmpdir(), "coordd-ts-config-"));
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, "coordd.yaml"), opts.config);
+    args.push("--config", join(dir, "coordd.yaml"));
+  }
+  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...opts.env } });
   let log = "";
   proc.stderr!.setEncoding("utf8").on("data", (s: string) => (log += s));
   const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
@@ -167,5 +181,46 @@ export async function startFakeMDN(opts: FakeMDNOptions): Promise<FakeMDN> {
       server.closeAllConnections();
       return new Promise((resolve) => server.close(() => resolve()));
     },
+  };
+}
+
+/** Certs are throwaway PEM files: a CA, a server certificate for 127.0.0.1
+ * and localhost, and a client certificate, all signed by the CA. */
+export interface Certs {
+  dir: string;
+  caFile: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+  /** read returns a file's contents. */
+  read(path: string): Buffer;
+}
+
+/** makeCerts makes Certs with the openssl command (Debian's openssl
+ * package; ca-certificates depends on it), in a directory removed at exit. */
+export async function makeCerts(): Promise<Certs> {
+  const dir = mkdtempSync(join(tmpdir(), "coordd-ts-certs-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const f = (name: string) => join(dir, name);
+  const openssl = (...args: string[]) => promisify(execFile)("openssl", args, { cwd: dir });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  await openssl("req", "-x509", ...ec, "-keyout", f("ca-key.pem"), "-out", f("ca.pem"), "-days", "1", "-subj", "/CN=coordd-ts-test-ca");
+  const issue = async (name: string, ext: string) => {
+    writeFileSync(f(`${name}.ext`), ext);
+    await openssl("req", ...ec, "-keyout", f(`${name}-key.pem`), "-out", f(`${name}.csr`), "-subj", `/CN=${name}`);
+    await openssl("x509", "-req", "-in", f(`${name}.csr`), "-CA", f("ca.pem"), "-CAkey", f("ca-key.pem"), "-CAcreateserial",
+      "-out", f(`${name}.pem`), "-days", "1", "-extfile", f(`${name}.ext`));
+  };
+  await issue("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+  await issue("client", "extendedKeyUsage=clientAuth\n");
+  return {
+    dir,
+    caFile: f("ca.pem"),
+    serverCert: f("server.pem"),
+    serverKey: f("server-key.pem"),
+    clientCert: f("client.pem"),
+    clientKey: f("client-key.pem"),
+    read: (path) => readFileSync(path),
   };
 }

@@ -117,7 +117,12 @@ test("MDN failures are tool errors", async (t) => {
     {
       name: "refused by coordd",
       getter: stub({ err: new ConnectError("not inside an upstream", Code.PermissionDenied) }),
-      want: /coordd at coordd\.test:1 is not configured with https:\/\/mdn\.test as an upstream/,
+      want: /coordd at coordd\.test:1 does not serve https:\/\/mdn\.test to this client/,
+    },
+    {
+      name: "no valid token",
+      getter: stub({ err: new ConnectError("a bearer token is required", Code.Unauthenticated) }),
+      want: /coordd at coordd\.test:1 requires a valid token: set \$COORDD_TOKEN or --coordd-token/,
     },
     {
       name: "upstream down",

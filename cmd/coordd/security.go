@@ -1,0 +1,251 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/coordd/coordd/server"
+)
+
+// securityConfig holds who may call coordd, and how it talks TLS, inline
+// in fileConfig. README.md ("Security") documents each field. No field
+// holds a secret that is logged: token values and passwords are read from
+// the environment or from files, and error messages name the field, never
+// the value.
+type securityConfig struct {
+	// Tenants, when any, require a bearer token on every call to
+	// CoordinatorService. Default: none, and no authentication.
+	Tenants []tenantConfig `yaml:"tenants"`
+	// Reflection registers gRPC server reflection. Default: true.
+	Reflection *bool `yaml:"reflection"`
+	// TLS serves gRPC over TLS. Default: plaintext.
+	TLS *tlsConfig `yaml:"tls"`
+	// RedisTLSCAFile is a PEM file of the CAs that sign Redis's
+	// certificate, for a rediss:// URL (or redis_cluster). Default: the
+	// system's roots.
+	RedisTLSCAFile string `yaml:"redis_tls_ca_file"`
+	// RedisTLS turns TLS on towards redis_cluster's nodes (a single Redis
+	// takes it from its rediss:// URL). Default: false, or true when
+	// redis_tls_ca_file is set.
+	RedisTLS bool `yaml:"redis_tls"`
+	// RedisPasswordEnv names the environment variable holding the Redis
+	// password (AUTH, or the ACL user's, with the user from the URL); it
+	// overrides a password in the URL. Default: the URL's, if any.
+	RedisPasswordEnv string `yaml:"redis_password_env"`
+}
+
+// tenantConfig is one tenant. Its tokens come from any of tokens_env,
+// tokens_file and tokens, together; at least one token in all.
+type tenantConfig struct {
+	Name string `yaml:"name"`
+	// TokensEnv names an environment variable holding the tenant's tokens,
+	// separated by commas or white space.
+	TokensEnv string `yaml:"tokens_env"`
+	// TokensFile is a file holding the tenant's tokens, one a line; blank
+	// lines and lines starting with # are skipped.
+	TokensFile string `yaml:"tokens_file"`
+	// Tokens are the tenant's tokens written in the configuration itself:
+	// for tests and development, as anyone who reads the file has them.
+	Tokens []string `yaml:"tokens"`
+	// Upstreams the tenant may use, by name; ["*"] for all. Required, so
+	// that a grant is never implicit.
+	Upstreams []string `yaml:"upstreams"`
+	// Admin allows the tenant to Invalidate its own documents. Default: false.
+	Admin bool `yaml:"admin"`
+}
+
+// tlsConfig is the gRPC listener's TLS.
+type tlsConfig struct {
+	CertFile string `yaml:"cert_file"` // PEM certificate chain; required
+	KeyFile  string `yaml:"key_file"`  // PEM private key; required
+	// ClientCAFile, when set, requires every client to present a
+	// certificate signed by one of its CAs (mutual TLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// serverOptions returns the server and gRPC options that security asks
+// for. upstreams are the configured upstreams' names, which every tenant's
+// grant must name.
+func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, error) {
+	var sopts []server.Option
+	var gopts []grpc.ServerOption
+	if sc.Reflection != nil {
+		sopts = append(sopts, server.WithReflection(*sc.Reflection))
+	}
+	if len(sc.Tenants) > 0 {
+		tenants, err := sc.tenants(upstreams)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := server.NewAuth(tenants)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: %w", err)
+		}
+		sopts = append(sopts, server.WithAuth(a))
+		if sc.TLS == nil {
+			log.Warn("tenants are configured without tls: bearer tokens cross the network in clear text")
+		}
+	}
+	if sc.TLS != nil {
+		cfg, err := sc.TLS.serverTLS()
+		if err != nil {
+			return nil, nil, err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	return sopts, gopts, nil
+}
+
+// tenants reads every tenant's tokens and checks its grant.
+func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
+	var out []server.Tenant
+	for i, tc := range sc.Tenants {
+		field := fmt.Sprintf("config: tenants[%d] (%s)", i, tc.Name)
+		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: slices.Clone(tc.Tokens)}
+		if tc.TokensEnv != "" {
+			v, ok := os.LookupEnv(tc.TokensEnv)
+			if !ok {
+				return nil, fmt.Errorf("%s.tokens_env: $%s is not set", field, tc.TokensEnv)
+			}
+			t.Tokens = append(t.Tokens, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })...)
+		}
+		if tc.TokensFile != "" {
+			b, err := os.ReadFile(tc.TokensFile)
+			if err != nil {
+				return nil, fmt.Errorf("%s.tokens_file: %w", field, err)
+			}
+			for line := range strings.Lines(string(b)) {
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					t.Tokens = append(t.Tokens, line)
+				}
+			}
+		}
+		if len(t.Tokens) == 0 {
+			return nil, fmt.Errorf("%s: no tokens: set tokens_env, tokens_file or tokens", field)
+		}
+		switch {
+		case tc.Upstreams == nil:
+			return nil, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field)
+		case slices.Equal(tc.Upstreams, []string{"*"}):
+			// nil: all
+		default:
+			for j, u := range tc.Upstreams {
+				if !slices.Contains(upstreams, u) {
+					return nil, fmt.Errorf("%s.upstreams[%d]: no upstream is named %q", field, j, u)
+				}
+			}
+			t.Upstreams = slices.Clone(tc.Upstreams)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// serverTLS loads the listener's certificate and, for mutual TLS, the
+// client CAs.
+func (tc *tlsConfig) serverTLS() (*tls.Config, error) {
+	if tc.CertFile == "" || tc.KeyFile == "" {
+		return nil, fmt.Errorf("config: tls: cert_file and key_file are both required")
+	}
+	cert, err := tls.LoadX509KeyPair(tc.CertFile, tc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: tls.cert_file, tls.key_file: %w", err)
+	}
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2"},
+	}
+	if tc.ClientCAFile != "" {
+		pool, err := loadCAs(tc.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls.client_ca_file: %w", err)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// secureRedis applies TLS and the password from the environment to a
+// single Redis's options, parsed from its URL.
+func (sc *securityConfig) secureRedis(o *redis.Options) error {
+	if sc.RedisTLSCAFile != "" || sc.RedisTLS {
+		if o.TLSConfig == nil {
+			return fmt.Errorf("config: redis_tls_ca_file, redis_tls: the redis URL must be rediss:// for TLS")
+		}
+	}
+	if err := sc.redisTLSCAs(o.TLSConfig); err != nil {
+		return err
+	}
+	pw, err := sc.redisPassword()
+	if err != nil {
+		return err
+	}
+	if pw != "" {
+		o.Password = pw
+	}
+	return nil
+}
+
+// secureRedisCluster applies TLS and the password from the environment to
+// a Redis Cluster's options.
+func (sc *securityConfig) secureRedisCluster(o *redis.ClusterOptions) error {
+	if sc.RedisTLS || sc.RedisTLSCAFile != "" {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if err := sc.redisTLSCAs(o.TLSConfig); err != nil {
+			return err
+		}
+	}
+	pw, err := sc.redisPassword()
+	if err != nil {
+		return err
+	}
+	o.Password = pw
+	return nil
+}
+
+func (sc *securityConfig) redisTLSCAs(cfg *tls.Config) error {
+	if sc.RedisTLSCAFile == "" || cfg == nil {
+		return nil
+	}
+	pool, err := loadCAs(sc.RedisTLSCAFile)
+	if err != nil {
+		return fmt.Errorf("config: redis_tls_ca_file: %w", err)
+	}
+	cfg.RootCAs = pool
+	return nil
+}
+
+func (sc *securityConfig) redisPassword() (string, error) {
+	if sc.RedisPasswordEnv == "" {
+		return "", nil
+	}
+	pw, ok := os.LookupEnv(sc.RedisPasswordEnv)
+	if !ok {
+		return "", fmt.Errorf("config: redis_password_env: $%s is not set", sc.RedisPasswordEnv)
+	}
+	return pw, nil
+}
+
+// loadCAs reads a PEM file of CA certificates.
+func loadCAs(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificate found", path)
+	}
+	return pool, nil
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	coordd "github.com/coordd/coordd/clients/go"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testpki"
+	"github.com/coordd/coordd/server"
+)
+
+func TestBadSecurityConfigNamesField(t *testing.T) {
+	const secret = "s3cret-s3cret-s3cret"
+	t.Setenv("COORDD_TEST_SHORT", "short")
+	tests := []struct{ name, yaml, field string }{
+		{"tenant without upstreams", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n", "tenants[0] (a).upstreams"},
+		{"tenant with unknown upstream", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [nope]\n", "tenants[0] (a).upstreams[0]"},
+		{"tenant without tokens", "tenants:\n  - name: a\n    upstreams: [\"*\"]\n", "tenants[0] (a)"},
+		{"tokens_env unset", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_UNSET\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens_env"},
+		{"tokens_file missing", "tenants:\n  - name: a\n    tokens_file: /nonexistent/tokens\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens_file"},
+		{"short token", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_SHORT\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens[0]"},
+		{"bad tenant name", "tenants:\n  - name: a/b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[0].name"},
+		{"shared token", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n  - name: b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[1] (b).tokens[0]"},
+		{"tls without key", "tls:\n  cert_file: /x.pem\n", "tls"},
+		{"tls cert missing", "tls:\n  cert_file: /nonexistent.pem\n  key_file: /nonexistent-key.pem\n", "tls.cert_file"},
+		{"redis ca without rediss", "redis: redis://127.0.0.1:1/0\nredis_tls_ca_file: /x.pem\n", "redis_tls_ca_file"},
+		{"redis password env unset", "redis: redis://127.0.0.1:1/0\nredis_password_env: COORDD_TEST_UNSET\n", "redis_password_env"},
+		{"reflection not a bool", "reflection: sometimes\n", "sometimes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := t.TempDir() + "/coordd.yaml"
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := run(context.Background(), []string{"--config", path, "--listen", "127.0.0.1:0"}, os.Stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("run error = %v; want one naming %q", err, tt.field)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "short:") {
+				t.Errorf("error %q quotes a token", err)
+			}
+		})
+	}
+}
+
+// TestSecureDeployment runs coordd as main does with a TLS listener, a
+// tenant whose tokens come from the environment and a file, and a Redis
+// that requires a password (AUTH or an ACL user, over plaintext or TLS):
+// the tenant's document lands in Redis under its namespace. With a wrong
+// Redis password coordd runs degraded and says so on its health service.
+func TestSecureDeployment(t *testing.T) {
+	const redisPW, aclPW = "redis-pw-123", "acl-pw-456"
+	ca := testpki.NewCA(t, "deploy")
+	redisCert := ca.Server(t, "redis")
+	tests := []struct {
+		name     string
+		args     []string // redis-server's
+		url      func(plain, tlsAddr string) string
+		yaml     string // extra coordd config
+		env      string // COORDD_TEST_REDIS_PW's value
+		wantDown bool
+	}{
+		{
+			name: "requirepass in the url",
+			args: []string{"--requirepass", redisPW},
+			url:  func(plain, _ string) string { return "redis://:" + redisPW + "@" + plain + "/0" },
+		},
+		{
+			name: "acl user, password from the environment",
+			args: []string{"--requirepass", redisPW, "--user", "coordd", "on", ">" + aclPW, "~*", "&*", "+@all"},
+			url:  func(plain, _ string) string { return "redis://coordd@" + plain + "/0" },
+			yaml: "redis_password_env: COORDD_TEST_REDIS_PW\n",
+			env:  aclPW,
+		},
+		{
+			name: "rediss with a private CA",
+			args: []string{"--requirepass", redisPW, "--tls-cert-file", redisCert.CertFile, "--tls-key-file", redisCert.KeyFile,
+				"--tls-ca-cert-file", ca.CertFile, "--tls-auth-clients", "no"},
+			url:  func(_, tlsAddr string) string { return "rediss://:" + redisPW + "@" + tlsAddr + "/0" },
+			yaml: "redis_tls_ca_file: " + ca.CertFile + "\n",
+		},
+		{
+			name:     "wrong password",
+			args:     []string{"--requirepass", redisPW},
+			url:      func(plain, _ string) string { return "redis://:wrong-password@" + plain + "/0" },
+			wantDown: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			tlsAddr := ""
+			if strings.HasPrefix(tt.url("", "x"), "rediss") {
+				tlsAddr = freeAddr(t) // another process may take it first; rare
+				_, port, _ := net.SplitHostPort(tlsAddr)
+				args = append([]string{"--tls-port", port}, args...)
+			}
+			rs := redistest.Start(t, redistest.WithArgs(args...))
+			if tt.env != "" {
+				t.Setenv("COORDD_TEST_REDIS_PW", tt.env)
+			}
+			const tokenEnv, tokenFile = "env-token-0123456789", "file-token-0123456789"
+			t.Setenv("COORDD_TEST_TOKENS", "x-unused-token-0123456789, "+tokenEnv)
+			tokens := filepath.Join(t.TempDir(), "tokens")
+			if err := os.WriteFile(tokens, []byte("# rotated in on Monday\n"+tokenFile+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			up := fakeupstream.New(t)
+			listener := ca.Server(t, "coordd")
+			addr := freeAddr(t)
+			yaml := fmt.Sprintf(`listen: %s
+redis: %q
+redis_timeout: 200ms
+upstreams:
+  - name: docs
+    base_url: %s
+tls:
+  cert_file: %s
+  key_file: %s
+tenants:
+  - name: team-a
+    tokens_env: COORDD_TEST_TOKENS
+    tokens_file: %s
+    upstreams: [docs]
+`, addr, tt.url(rs.Addr(), tlsAddr), up.URL(), listener.CertFile, listener.KeyFile, tokens) + tt.yaml
+			path := filepath.Join(t.TempDir(), "coordd.yaml")
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, []string{"--config", path}, os.Stderr) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+			}()
+			trust := &tls.Config{RootCAs: ca.Pool()}
+			redisUp := waitRedisHealth(t, ctx, addr, trust)
+			if redisUp == tt.wantDown {
+				t.Fatalf("redis health SERVING = %v; want %v", redisUp, !tt.wantDown)
+			}
+			if tt.wantDown {
+				return
+			}
+			for i, token := range []string{tokenEnv, tokenFile} {
+				c, err := coordd.Dial(addr, coordd.WithTLS(trust), coordd.WithToken(token))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if _, err := c.Get(ctx, up.URL()+"/doc"); err != nil {
+					t.Fatalf("Get with token %d: %v", i, err)
+				}
+			}
+			if got := up.Count("/doc"); got != 1 {
+				t.Errorf("upstream requests = %d; want 1", got)
+			}
+			// The document is in Redis, in team-a's namespace.
+			o, err := redis.ParseURL(tt.url(rs.Addr(), tlsAddr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.TLSConfig != nil {
+				o.TLSConfig.RootCAs = ca.Pool()
+			}
+			if tt.env != "" {
+				o.Password = tt.env
+			}
+			rdb := redis.NewClient(o)
+			defer rdb.Close()
+			key := "coordd:{t/team-a/" + up.URL() + "/doc}:doc"
+			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
+				t.Errorf("EXISTS %s = %d, %v; want 1", key, n, err)
+			}
+			// Without a token: refused.
+			anon, err := coordd.Dial(addr, coordd.WithTLS(trust))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer anon.Close()
+			if _, err := anon.Get(ctx, up.URL()+"/doc"); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("Get without token: %v; want UNAUTHENTICATED", err)
+			}
+		})
+	}
+}
+
+// waitRedisHealth waits until coordd at addr serves its health service and
+// returns whether it reports Redis SERVING.
+func waitRedisHealth(t *testing.T, ctx context.Context, addr string, trust *tls.Config) bool {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(trust)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	for {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: server.RedisHealthService}, grpc.WaitForReady(true))
+		if err == nil {
+			return r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("coordd never served health: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the service is registered before Serve; polling until it listens
+	}
+}

@@ -1,0 +1,58 @@
+package coordinator
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+)
+
+// Scope is on whose behalf a Target is resolved: the tenant whose
+// namespace the document is cached, locked and announced in, and the
+// upstreams that tenant may use. The zero Scope is the default tenant with
+// every upstream: coordd without authentication.
+//
+// Two tenants asking for the same url get two documents, each filled by
+// its own upstream fetch; one tenant's Invalidate never touches the
+// other's copy.
+type Scope struct {
+	// Tenant names the namespace. "" is the default tenant, whose cache
+	// ids are those of a coordd without tenants. Others must match
+	// TenantNamePattern.
+	Tenant string
+	// Upstreams are the names of the upstreams the tenant may use. Nil:
+	// all of them. Non-nil and empty: none.
+	Upstreams []string
+}
+
+// TenantNamePattern is what a non-empty Scope.Tenant must match. It has no
+// "/", so that a tenant's prefix cannot be mistaken for another's.
+var TenantNamePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+
+// ValidTenantName reports whether name may be a Scope.Tenant other than "".
+func ValidTenantName(name string) bool { return TenantNamePattern.MatchString(name) }
+
+// grants reports whether s may use the upstream named name.
+func (s Scope) grants(name string) bool {
+	return s.Upstreams == nil || slices.Contains(s.Upstreams, name)
+}
+
+func (s Scope) validate() error {
+	if s.Tenant != "" && !ValidTenantName(s.Tenant) {
+		return invalid("tenant %q must match %s", s.Tenant, TenantNamePattern)
+	}
+	return nil
+}
+
+// scopedID is id in tenant's namespace: "t/<tenant>/<id>", or id itself for
+// the default tenant, so that a coordd without tenants keeps its ids. No
+// unscoped id starts with "t/" (they start with "http" or "key/").
+func scopedID(tenant, id string) string {
+	if tenant == "" {
+		return id
+	}
+	return "t/" + tenant + "/" + id
+}
+
+func notGranted(s Scope, upstream string) error {
+	return fmt.Errorf("%w: upstream %q is not granted to tenant %q", ErrForbidden, upstream, s.Tenant)
+}
