@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
+	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +69,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *redisURL != "" {
 		fc.Redis = *redisURL
 	}
+	if *logFormat != "" {
+		fc.LogFormat = *logFormat
+	}
+	if *metricsListen != "" {
+		fc.MetricsListen = *metricsListen
+	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
 			return err
@@ -81,11 +89,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(strings.ToLower(orDefault(fc.LogLevel, "info")))); err != nil {
-		return fmt.Errorf("config: log_level: %w", err)
+	log, err := newLogger(stderr, fc.LogFormat, fc.LogLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// go-redis logs through a global logger of its own; route it into ours,
 	// at debug: coordd already logs Redis going down and coming back. Once:
@@ -97,12 +104,17 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	cfg.Logger = log
+	ms, err := listenMetrics(fc.MetricsListen)
+	if err != nil {
+		return err
+	}
+	defer ms.close()
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err
 	}
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
@@ -116,7 +128,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log))
+	g := server.NewGRPC(server.New(c, log), ms.grpcOptions()...)
+	ms.serve(c, g.Server, log)
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}
