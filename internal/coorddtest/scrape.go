@@ -63,6 +63,18 @@ func (s Scrape) Value(name string, labels ...string) float64 {
 	return sum
 }
 
+// Count is the number of series of metric name whose labels include
+// labels.
+func (s Scrape) Count(name string, labels ...string) int {
+	n := 0
+	for _, m := range s[name].GetMetric() {
+		if hasLabels(m, labels) {
+			n++
+		}
+	}
+	return n
+}
+
 func hasLabels(m *dto.Metric, labels []string) bool {
 	for i := 0; i+1 < len(labels); i += 2 {
 		if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {

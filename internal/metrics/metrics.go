@@ -32,8 +32,9 @@ type Registry struct {
 	reg  *prometheus.Registry
 	grpc *grpcprom.ServerMetrics
 
-	requests         *prometheus.CounterVec // source
-	followers        *prometheus.CounterVec // scope
+	requests         *prometheus.CounterVec        // source
+	bySource         map[string]prometheus.Counter // requests' known sources, resolved once for the hit path; read-only
+	followers        *prometheus.CounterVec        // scope
 	followerLag      prometheus.Histogram
 	upstream         *prometheus.CounterVec // upstream, status
 	retries          *prometheus.CounterVec // upstream
@@ -106,8 +107,9 @@ func New() *Registry {
 		r.requests, r.followers, r.followerLag, r.upstream, r.retries, r.transitions, r.rejected,
 		r.rateWait, r.rateRefused, r.locks, r.extensions, r.timerWakeups, r.redisErrors, r.redisTransitions,
 	)
+	r.bySource = make(map[string]prometheus.Counter, len(sources))
 	for _, v := range sources {
-		r.requests.WithLabelValues(v)
+		r.bySource[v] = r.requests.WithLabelValues(v)
 	}
 	for _, v := range []string{"local", "remote"} {
 		r.followers.WithLabelValues(v)
@@ -174,7 +176,13 @@ func (r *Registry) HTTPServer() *http.Server {
 }
 
 // Request implements coordinator.Metrics.
-func (r *Registry) Request(source string) { r.requests.WithLabelValues(source).Inc() }
+func (r *Registry) Request(source string) {
+	if c, ok := r.bySource[source]; ok {
+		c.Inc()
+		return
+	}
+	r.requests.WithLabelValues(source).Inc()
+}
 
 // Follower implements coordinator.Metrics.
 func (r *Registry) Follower(scope string) { r.followers.WithLabelValues(scope).Inc() }

@@ -121,6 +121,8 @@ func TestColdBurstMetrics(t *testing.T) {
 		{"redis up", sum("coordd_redis_up"), 2},
 		{"redis errors", sum("coordd_redis_errors_total"), 0},
 		{"cluster breaker closed", sum("coordd_breaker_state", "upstream", "fake", "scope", "cluster"), 0},
+		{"cluster breaker series", float64(a.Count("coordd_breaker_state", "upstream", "fake", "scope", "cluster")), 1},
+		{"instance breaker series", float64(a.Count("coordd_breaker_state", "upstream", "fake", "scope", "instance")), 1},
 		{"gRPC GetOrFetch OK", sum("grpc_server_handled_total", "grpc_method", "GetOrFetch", "grpc_code", "OK"), calls},
 		{"L1 entries", sum("coordd_l1_entries"), 2},
 	}
@@ -255,4 +257,82 @@ func TestAlertsAndDashboard(t *testing.T) {
 		}
 	}
 	t.Logf("%d metrics used by %d alerts and %d dashboard queries, all exported", len(used), len(alerts), queries)
+}
+
+// TestProtectionMetrics: retries, a breaker opening and then rejecting, a
+// rate-limit refusal and a lock lease extended by its watchdog show in
+// /metrics.
+func TestProtectionMetrics(t *testing.T) {
+	failing, paced := fakeupstream.New(t), fakeupstream.New(t)
+	failing.Set("/down", fakeupstream.Status(503))
+	release := make(chan struct{})
+	failing.Set("/slow", fakeupstream.Behavior{Block: release})
+	rs := redistest.Start(t)
+	in := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Metrics: true, Config: coordinator.Config{
+		LockTTL: 150 * time.Millisecond,
+		Upstreams: []coordinator.Upstream{
+			{Name: "failing", BaseURL: failing.URL(), Protection: coordinator.Protection{
+				RateLimit: -1,
+				Retry:     coordinator.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
+				Breaker:   coordinator.BreakerPolicy{FailureThreshold: 2, OpenFor: time.Hour},
+			}},
+			{Name: "paced", BaseURL: paced.URL(), Protection: coordinator.Protection{RateLimit: 1, MaxWait: time.Millisecond}},
+		},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := in.Dial(t)
+	get := func(url string) error {
+		_, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+		return err
+	}
+	// A fetch slower than the lease: the watchdog extends it.
+	slow := make(chan error, 1)
+	go func() { slow <- get(failing.URL() + "/slow") }()
+	for in.Scrape(t).Value("coordd_lock_extensions_total", "result", "ok") == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no lease extension")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatalf("get /slow: %v", err)
+	}
+	// Two failed attempts (the first and its retry) open the breaker.
+	if err := get(failing.URL() + "/down"); err == nil {
+		t.Fatalf("get /down: no error; want the 503")
+	}
+	if err := get(failing.URL() + "/down2"); err == nil {
+		t.Fatalf("get /down2: no error; want breaker open")
+	}
+	if err := get(paced.URL() + "/a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(paced.URL() + "/b"); err == nil {
+		t.Fatalf("get /b: no error; want rate limited")
+	}
+
+	s := in.Scrape(t)
+	tests := []struct {
+		name      string
+		got, want float64
+	}{
+		{"503 attempts", s.Value("coordd_upstream_requests_total", "upstream", "failing", "status", "503"), 2},
+		{"retries", s.Value("coordd_upstream_retries_total", "upstream", "failing"), 1},
+		{"breaker opened", s.Value("coordd_breaker_transitions_total", "upstream", "failing", "scope", "cluster", "from", "closed", "to", "open"), 1},
+		{"breaker state", s.Value("coordd_breaker_state", "upstream", "failing", "scope", "cluster"), 2},
+		{"breaker rejections", s.Value("coordd_breaker_rejected_total", "upstream", "failing"), 1},
+		{"paced 200s", s.Value("coordd_upstream_requests_total", "upstream", "paced", "status", "200"), 1},
+		{"rate-limit refusals", s.Value("coordd_ratelimit_refused_total", "upstream", "paced"), 1},
+		{"requests failed", s.Value("coordd_requests_total", "source", "error"), 3},
+		{"lock acquired", s.Value("coordd_lock_attempts_total", "outcome", "acquired"), 5},
+		{"timer wakeups", s.Value("coordd_timer_wakeups_total"), 0},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s = %v; want %v", tt.name, tt.got, tt.want)
+		}
+	}
 }
