@@ -27,6 +27,7 @@ type Coordinator struct {
 	l1       *l1Cache
 	rl       *redisLayer // nil in single-node mode
 	fetchers map[string]Fetcher
+	m        Metrics
 
 	mu      sync.Mutex // protects flights
 	flights map[string]*flight
@@ -56,6 +57,8 @@ type Options struct {
 	// OnRedisHealth, when set, is called whenever Redis is found down
 	// (false) or back (true).
 	OnRedisHealth func(up bool)
+	// Metrics observes the Coordinator. Default: NopMetrics.
+	Metrics Metrics
 }
 
 // New returns a running Coordinator. It fails only on a bad Config; an
@@ -82,6 +85,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		log:      cfg.Logger.With("component", "coordinator"),
 		l1:       l1,
 		fetchers: make(map[string]Fetcher),
+		m:        orNop(opt.Metrics),
 		flights:  make(map[string]*flight),
 		cooling:  make(map[string]time.Time),
 		genTTL:   life + cfg.LockTTL + time.Hour,
@@ -112,6 +116,7 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 		timeout:  c.cfg.RedisTimeout,
 		retry:    c.cfg.RedisRetryInterval,
 		log:      c.cfg.Logger.With("component", "redis"),
+		m:        c.m,
 		onChange: onChange,
 		suspect:  make(chan error, 1),
 		ctx:      c.ctx,
@@ -209,7 +214,7 @@ type GetOptions struct {
 // and served instead of an upstream error (stale-if-error), unless
 // opt.NoStale or the copy's Revalidation forbids it. When ctx ends the call
 // returns ctx.Err() and leaves its flight, which goes on filling the cache.
-func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Result, error) {
+func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *Result, err error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -218,6 +223,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 		report = func(Progress) {}
 	}
 	now := c.cfg.Now()
+	defer func() { c.observeGet(now, res, err) }()
 	var notBefore time.Time // copies fetched before it are too old for this call
 	if opt.MaxAge > 0 {
 		notBefore = now.Add(-max(opt.MaxAge, c.cfg.MaxAgeFloor))
@@ -232,7 +238,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 		seed = d
 		if !opt.NoStale && recent(d) && d.ServeStaleWhileRevalidate(now) {
 			if !c.coolingDown(t.id, now) {
-				c.join(context.Background(), t, seed, time.Time{}) // revalidate in the background
+				c.join(context.WithoutCancel(ctx), t, seed, time.Time{}) // revalidate in the background
 			}
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return &Result{Doc: d, Source: SourceL1, Stale: true}, nil
@@ -241,6 +247,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (*Resul
 	for {
 		f, created := c.join(ctx, t, seed, notBefore)
 		if !created {
+			c.m.Follower("local")
 			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 		}
 		res, err, again := c.wait(ctx, f, opt.NoStale, recent, report)
@@ -298,6 +305,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *Document, notBef
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
 	if seed != nil && seed.Fresh(c.cfg.Now()) {
@@ -321,7 +329,7 @@ func (c *Coordinator) run(f *flight) {
 	defer func() {
 		if !finished {
 			err = fmt.Errorf("%w: internal error: %v", ErrUnavailable, recover())
-			c.log.Error("flight panicked", "key", f.t.Key, "err", err)
+			f.log.Error("flight panicked", "err", err)
 		}
 		c.leave(f)
 		f.finish(res, err)
@@ -419,6 +427,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 	if holder == "" {
 		return nil, nil, true // the lock expired between our two looks
 	}
+	c.m.Follower("remote")
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
 	if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
@@ -474,6 +483,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 			}
 		case <-timer.C:
 			c.timerWakeups.Add(1)
+			c.m.TimerWakeup()
 			return nil, nil, true
 		case <-c.ctx.Done():
 			return stale, ErrClosed, false
@@ -537,7 +547,7 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		c.handOff(l, event{Type: evRelease, Key: t.id})
 		return stale, ErrClosed
 	}
-	c.log.Warn("upstream fetch failed", "upstream", up.Name, "url", t.URL, "err", err, "stale", stale != nil)
+	f.log.Warn("upstream fetch failed", "upstream", up.Name, "url", t.URL, "err", err, "stale", stale != nil)
 	if stale != nil {
 		c.coolDown(t.id)
 	}
@@ -623,7 +633,7 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 	})
 	if err != nil || landed == 0 {
 		if err != nil {
-			c.log.Warn("storing in redis failed; followers re-check", "key", f.t.Key, "err", err)
+			f.log.Warn("storing in redis failed; followers re-check", "err", err)
 		}
 		c.handOff(l, event{Type: evRelease, Key: id})
 	}

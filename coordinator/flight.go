@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -11,7 +12,8 @@ import (
 // always finishes filling the cache.
 type flight struct {
 	t    Target
-	seed *Document // usable stale copy from L1 at start, or nil
+	seed *Document    // usable stale copy from L1 at start, or nil
+	log  *slog.Logger // carries the key and the starting call's log attributes
 	// deadlines bounds the fetch's rate-limit waits by its callers'.
 	deadlines callerDeadlines
 	// gen is id's generation read from Redis before the fill ("?":

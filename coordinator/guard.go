@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -40,8 +41,10 @@ type admission struct {
 // keep the breaker half-open for good.
 func probeLease(up *Upstream) time.Duration { return up.Timeout + time.Second }
 
-// logTransition logs a breaker state change.
-func logTransition(log *slog.Logger, scope, from, to string) {
+// logTransition logs a breaker state change of upstream, and counts it
+// in m.
+func logTransition(log *slog.Logger, m Metrics, upstream, scope, from, to string) {
+	m.BreakerTransition(upstream, scope, from, to)
 	lvl := slog.LevelInfo
 	if to == breakerOpen.String() {
 		lvl = slog.LevelWarn
@@ -53,8 +56,10 @@ func logTransition(log *slog.Logger, scope, from, to string) {
 // instance while Redis is down, when each one limits only its own
 // requests. It is safe for concurrent use.
 type localGuard struct {
-	now func() time.Time
-	log *slog.Logger
+	now  func() time.Time
+	log  *slog.Logger
+	m    Metrics
+	name string // the upstream's
 
 	mu sync.Mutex // protects br and rl
 	br *breaker
@@ -62,14 +67,15 @@ type localGuard struct {
 }
 
 // newLocalGuard returns up's in-process guard; degraded selects the rate
-// limit for a Redis that is down over the one for single-node mode.
-func newLocalGuard(up *Upstream, degraded bool, now func() time.Time, log *slog.Logger) *localGuard {
+// limit for a Redis that is down over the one for single-node mode. m
+// (nil: none) counts its breaker's transitions.
+func newLocalGuard(up *Upstream, degraded bool, now func() time.Time, log *slog.Logger, m Metrics) *localGuard {
 	p := &up.Protection
 	rate := p.RateLimit
 	if degraded {
 		rate = p.DegradedRateLimit
 	}
-	return &localGuard{now: now, log: log, br: newBreaker(p.Breaker, probeLease(up)), rl: newGCRA(rate, p.Burst)}
+	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, br: newBreaker(p.Breaker, probeLease(up)), rl: newGCRA(rate, p.Burst)}
 }
 
 func (g *localGuard) admit(maxWait time.Duration) admission {
@@ -78,7 +84,7 @@ func (g *localGuard) admit(maxWait time.Duration) admission {
 	now := g.now()
 	ok, slot, open, changed := g.br.check(now)
 	if changed {
-		logTransition(g.log, "instance", breakerOpen.String(), breakerHalfOpen.String())
+		logTransition(g.log, g.m, g.name, "instance", breakerOpen.String(), breakerHalfOpen.String())
 	}
 	if !ok {
 		return admission{verdict: verdictOpen, wait: open, gen: g.br.gen}
@@ -100,8 +106,15 @@ func (g *localGuard) record(a admission, o outcome, backoff time.Duration) {
 	}
 	from := g.br.state
 	if g.br.record(now, a.gen, a.probe, o) {
-		logTransition(g.log, "instance", from.String(), g.br.state.String())
+		logTransition(g.log, g.m, g.name, "instance", from.String(), g.br.state.String())
 	}
+}
+
+// state is the breaker's state.
+func (g *localGuard) state() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.br.state.String()
 }
 
 // backOff holds every slot until d from now.
@@ -253,6 +266,8 @@ type redisGuard struct {
 	p   *Protection
 	now func() time.Time // nil: Redis's clock
 	log *slog.Logger
+	m   Metrics
+	up  string // the upstream's name
 
 	admitArgs  []any // after now, before max wait and the rest
 	recordArgs []any // after outcome, gen, slot and backoff
@@ -260,9 +275,9 @@ type redisGuard struct {
 	lease      int64 // µs
 }
 
-func newRedisGuard(rl *redisLayer, up *Upstream, now func() time.Time, log *slog.Logger) *redisGuard {
+func newRedisGuard(rl *redisLayer, up *Upstream, now func() time.Time, log *slog.Logger, m Metrics) *redisGuard {
 	p := &up.Protection
-	g := &redisGuard{rl: rl, key: rl.prefix + "protect:{" + up.Name + "}", p: p, now: now, log: log}
+	g := &redisGuard{rl: rl, key: rl.prefix + "protect:{" + up.Name + "}", p: p, now: now, log: log, m: orNop(m), up: up.Name}
 	var interval, tau int64
 	if p.RateLimit > 0 {
 		iv := slotInterval(p.RateLimit)
@@ -315,7 +330,7 @@ func (g *redisGuard) admit(ctx context.Context, maxWait time.Duration) (admissio
 		a.verdict = verdictOverLimit
 	}
 	if res[3] == "half" {
-		logTransition(g.log, "cluster", breakerOpen.String(), breakerHalfOpen.String())
+		logTransition(g.log, g.m, g.up, "cluster", breakerOpen.String(), breakerHalfOpen.String())
 	}
 	return a, nil
 }
@@ -333,8 +348,24 @@ func (g *redisGuard) record(ctx context.Context, a admission, o outcome, backoff
 	}
 	if to, _ := res[1].(string); to != "" {
 		from, _ := res[0].(string)
-		logTransition(g.log, "cluster", luaStateName(from), luaStateName(to))
+		logTransition(g.log, g.m, g.up, "cluster", luaStateName(from), luaStateName(to))
 	}
+}
+
+// state reads the shared breaker's state.
+func (g *redisGuard) state(ctx context.Context) (string, error) {
+	var s string
+	err := g.rl.op(ctx, func(ctx context.Context) (err error) {
+		s, err = g.rl.rdb.HGet(ctx, g.key, "state").Result()
+		return err
+	})
+	switch {
+	case errors.Is(err, redis.Nil):
+		return breakerClosed.String(), nil
+	case err != nil:
+		return "", err
+	}
+	return luaStateName(s), nil
 }
 
 func luaStateName(s string) string {

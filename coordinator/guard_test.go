@@ -83,11 +83,11 @@ func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, c
 				t.Fatal(err)
 			}
 			clk := newTestClock()
-			var g testGuard = newLocalGuard(up, false, clk.Now, quietLogger())
+			var g testGuard = newLocalGuard(up, false, clk.Now, quietLogger(), nil)
 			if kind == "redis" {
 				n++
 				up.Name = "up" + string(rune('0'+n)) // a fresh key per run
-				g = redisTestGuard{t, newRedisGuard(rl, up, clk.Now, quietLogger())}
+				g = redisTestGuard{t, newRedisGuard(rl, up, clk.Now, quietLogger(), nil)}
 			}
 			fn(t, g, clk)
 		})

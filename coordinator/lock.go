@@ -99,12 +99,19 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 	})
 	switch {
 	case err != nil && !asked:
+		r.m.Lock("unavailable")
 		return nil, "", err
 	case err == nil && len(res) != 2:
 		err = fmt.Errorf("%w: lock script answered %v", ErrRedisUnavailable, res)
 	case err == nil && asInt(res[0]) == 0:
+		r.m.Lock("contended")
 		holder, _ = res[1].(string)
 		return nil, holder, nil
+	}
+	if err != nil {
+		r.m.Lock("unavailable") // an uncertain lease
+	} else {
+		r.m.Lock("acquired")
 	}
 	go l.watchdog()
 	return l, "", err
@@ -129,9 +136,15 @@ func (l *lease) watchdog() {
 			n, err = extendScript.Run(ctx, l.r.rdb, []string{l.lockKey()}, l.token, l.ttl.Milliseconds()).Int64()
 			return err
 		})
-		if err == nil && n == 0 {
+		switch {
+		case err != nil:
+			l.r.m.LockExtension("error")
+		case n == 0:
+			l.r.m.LockExtension("lost")
 			l.r.log.Debug("fill lock not held; the watchdog stops", "lock", l.lockKey())
 			return
+		default:
+			l.r.m.LockExtension("ok")
 		}
 	}
 }

@@ -193,11 +193,12 @@ func (c *Coordinator) protect(up *Upstream, next Fetcher) Fetcher {
 		now:    c.cfg.Now,
 		log:    log,
 		budget: newRetryBudget(up.Protection.Retry),
-		local:  newLocalGuard(up, c.rl != nil, c.cfg.Now, log),
+		local:  newLocalGuard(up, c.rl != nil, c.cfg.Now, log, c.m),
+		m:      c.m,
 		bg:     &c.wg,
 	}
 	if c.rl != nil {
-		p.shared = newRedisGuard(c.rl, up, nil, log)
+		p.shared = newRedisGuard(c.rl, up, nil, log, c.m)
 	}
 	return p
 }
@@ -214,6 +215,7 @@ type protected struct {
 	budget *retryBudget
 	shared *redisGuard // nil in single-node mode
 	local  *localGuard // single-node mode, and while Redis is down
+	m      Metrics
 	// bg tracks outcomes recorded after the answer is handed back; the
 	// Coordinator's Close waits for them. Nil: record before returning.
 	bg *sync.WaitGroup
@@ -310,6 +312,7 @@ func (p *protected) fetchOne(ctx context.Context, fr FetchRequest, report func(P
 			return nil, aerr
 		}
 		resp, err = p.next.Fetch(ctx, fr, report)
+		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
 		backoff := p.retryAfter(resp)
 		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
@@ -333,6 +336,7 @@ func (p *protected) fetchOne(ctx context.Context, fr FetchRequest, report func(P
 			p.log.Debug("not retrying: retry budget exhausted", "url", fr.URL)
 			return resp, err
 		}
+		p.m.Retry(p.up.Name)
 		report(Progress{
 			Stage:   StageRetrying,
 			Attempt: attempt + 1,
@@ -352,14 +356,17 @@ func (p *protected) admit(ctx context.Context, report func(Progress)) (admission
 	a := p.ask(ctx, bound)
 	switch a.verdict {
 	case verdictOpen:
+		p.m.BreakerRejected(p.up.Name)
 		report(Progress{Stage: StageBreakerOpen, Wait: a.wait, Detail: "circuit breaker open: not calling " + p.up.Name})
 		return a, withRetryAfter(fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name), a.wait)
 	case verdictOverLimit:
+		p.m.RateLimitRefused(p.up.Name)
 		report(Progress{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
 		return a, withRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
 			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
 	}
 	if a.wait > 0 {
+		p.m.RateLimitWait(p.up.Name, a.wait)
 		detail := "waiting for a rate-limit slot"
 		if a.backoff >= a.wait {
 			detail = p.up.Name + " asked to back off (Retry-After)"

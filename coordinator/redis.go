@@ -26,6 +26,7 @@ type rediser interface {
 	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
+	HGet(ctx context.Context, key, field string) *redis.StringCmd
 }
 
 // redisLayer is L2, the fill lock and the completion channel, with a health
@@ -43,6 +44,7 @@ type redisLayer struct {
 	timeout  time.Duration
 	retry    time.Duration
 	log      *slog.Logger
+	m        Metrics
 	onChange func(up bool)
 
 	up      atomic.Bool
@@ -102,8 +104,10 @@ func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.C
 		return ctx.Err() // the caller's context ended; Redis is not to blame
 	}
 	if isReply(err) {
+		r.m.RedisError("reply")
 		return fmt.Errorf("coordinator: redis refused: %w", err)
 	}
+	r.m.RedisError("unavailable")
 	r.markSuspect(err)
 	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 }
@@ -165,6 +169,7 @@ func (r *redisLayer) watch(ctx context.Context) {
 		if r.ping(ctx) == nil && r.hub.subscribed() {
 			r.up.Store(true)
 			r.log.Info("redis available again; coordinating across instances")
+			r.m.RedisHealth(true)
 			if r.onChange != nil {
 				r.onChange(true)
 			}
@@ -204,6 +209,7 @@ func (r *redisLayer) setDown(err error) {
 	if r.up.CompareAndSwap(true, false) {
 		r.downs.Add(1)
 		r.log.Warn("redis unavailable; serving from L1 and coordinating in-process", "err", err)
+		r.m.RedisHealth(false)
 		if r.onChange != nil {
 			r.onChange(false)
 		}

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -19,6 +20,9 @@ import (
 // l1Cache is safe for concurrent use.
 type l1Cache struct {
 	bc *bigcache.BigCache
+
+	evicted atomic.Int64 // dropped to make room
+	expired atomic.Int64 // dropped past the life window
 
 	mu  sync.Mutex // protects hot
 	hot map[string]weak.Pointer[Document]
@@ -43,11 +47,23 @@ func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
 	cfg.HardMaxCacheSize = int(max(1, maxBytes>>20))
 	cfg.Verbose = false
 	cfg.Logger = nil
+	l := &l1Cache{hot: make(map[string]weak.Pointer[Document])}
+	// bigcache hands the callback a copy of the entry: one copy per
+	// document dropped, on the Set that drops it, never on a hit.
+	cfg.OnRemoveWithReason = func(_ string, _ []byte, why bigcache.RemoveReason) {
+		if why == bigcache.NoSpace {
+			l.evicted.Add(1)
+		} else {
+			l.expired.Add(1)
+		}
+	}
+	cfg = cfg.OnRemoveFilterSet(bigcache.NoSpace, bigcache.Expired)
 	bc, err := bigcache.New(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &l1Cache{bc: bc, hot: make(map[string]weak.Pointer[Document])}, nil
+	l.bc = bc
+	return l, nil
 }
 
 // Get returns the cached Document of cache id key, or nil.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/logctx"
 )
 
 // RedisHealthService is the health-service name whose status reports the
@@ -85,12 +86,14 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 	base := []grpc.ServerOption{
 		codecOption(),
 		grpc.ChainUnaryInterceptor(
+			requestIDUnary, // first: every later log line carries it
 			logging.UnaryServerInterceptor(logger, logOpts...),
 			limit.unary,
 			refuseUndecodableUnary,
 			recovery.UnaryServerInterceptor(recoverOpt),
 		),
 		grpc.ChainStreamInterceptor(
+			requestIDStream,
 			logging.StreamServerInterceptor(logger, logOpts...),
 			limit.stream,
 			refuseUndecodableStream,
@@ -209,6 +212,7 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	if err != nil {
 		return toStatus(err)
 	}
+	logctx.Add(stream.Context(), "key", t.Key)
 	var maxAge time.Duration
 	if req.GetMaxAge() != nil {
 		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
@@ -272,6 +276,7 @@ func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	logctx.Add(ctx, "key", ts[0].Key)
 	resp := &coorddv1.InvalidateResponse{Key: ts[0].Key}
 	for _, t := range ts {
 		existed, err := s.c.Invalidate(ctx, t)

@@ -20,6 +20,8 @@ type fileConfig struct {
 	Redis         string        `yaml:"redis"`
 	RedisCluster  []string      `yaml:"redis_cluster"`
 	LogLevel      string        `yaml:"log_level"`
+	LogFormat     string        `yaml:"log_format"`     // text or json. Default: text.
+	MetricsListen string        `yaml:"metrics_listen"` // Prometheus /metrics address. Default: none.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	DrainDelay    time.Duration `yaml:"drain_delay"`
 	L1MaxBytes    int64         `yaml:"l1_max_bytes"`

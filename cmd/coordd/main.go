@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
 	checkConfig := fs.Bool("check-config", false, "check the configuration (file and flags), then exit without serving or connecting")
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
+	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +80,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *drainDelay != 0 {
 		fc.DrainDelay = *drainDelay
 	}
+	if *logFormat != "" {
+		fc.LogFormat = *logFormat
+	}
+	if *metricsListen != "" {
+		fc.MetricsListen = *metricsListen
+	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
 			return err
@@ -98,11 +106,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	case fc.DrainDelay == 0:
 		fc.DrainDelay = 5 * time.Second
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(strings.ToLower(orDefault(fc.LogLevel, "info")))); err != nil {
-		return fmt.Errorf("config: log_level: %w", err)
+	log, err := newLogger(stderr, fc.LogFormat, fc.LogLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	// go-redis logs through a global logger of its own; route it into ours,
 	// at debug: coordd already logs Redis going down and coming back. Once:
@@ -118,6 +125,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
+	ms, err := listenMetrics(fc.MetricsListen)
+	if err != nil {
+		return err
+	}
+	defer ms.close()
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err
@@ -126,7 +138,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
@@ -140,7 +152,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, grpcOpts...)
+	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(grpcOpts, ms.grpcOptions()...)...)
+	ms.serve(c, g.Server, log)
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}

@@ -24,6 +24,8 @@ listen: "127.0.0.1:6000"
 redis: "redis://127.0.0.1:6379/0"
 lock_ttl: 3s
 max_concurrent_calls: 500
+log_format: json
+metrics_listen: "127.0.0.1:9090"
 upstreams:
   - name: mdn
     base_url: "https://developer.mozilla.org"
@@ -35,7 +37,8 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fc.Listen != "127.0.0.1:6000" || fc.LockTTL != 3*time.Second || len(fc.Upstreams) != 1 {
+	if fc.Listen != "127.0.0.1:6000" || fc.LockTTL != 3*time.Second || len(fc.Upstreams) != 1 ||
+		fc.LogFormat != "json" || fc.MetricsListen != "127.0.0.1:9090" {
 		t.Fatalf("got %+v", fc)
 	}
 	if fc.MaxConcurrentCalls != 500 {
@@ -65,6 +68,10 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"bad redis url", "redis: \"mysql://x\"\n", "redis", nil},
 		{"bad upstream flag", "", "--upstream", []string{"--upstream", "nobase"}},
 		{"bad log level", "log_level: loud\n", "log_level", nil},
+		{"bad log format", "log_format: xml\n", "log_format", nil},
+		{"bad log format flag", "", "log_format", []string{"--log-format", "yaml"}},
+		{"bad metrics address", "metrics_listen: nowhere\n", "metrics_listen", nil},
+		{"bad metrics address flag", "", "metrics_listen", []string{"--metrics-listen", "127.0.0.1:http2"}},
 		{"negative grace", "shutdown_grace: -1s\n", "shutdown_grace", nil},
 		{"negative redis timeout", "redis_timeout: -1s\n", "redis_timeout", nil},
 		{"tiny lock ttl", "lock_ttl: 1ms\n", "lock_ttl", nil},

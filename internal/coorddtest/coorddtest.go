@@ -19,6 +19,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/metrics"
 	"github.com/coordd/coordd/server"
 )
 
@@ -28,6 +29,9 @@ type Instance struct {
 	Coordinator *coordinator.Coordinator
 	GRPC        *server.GRPC
 	Redis       *redis.Client // nil in single-node mode
+	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
+	// with Options.Metrics; else empty.
+	MetricsURL string
 
 	stopOnce sync.Once
 }
@@ -48,6 +52,9 @@ type Options struct {
 	// GRPC are options appended to server.NewGRPC's, such as grpc.Creds
 	// for a TLS listener.
 	GRPC []grpc.ServerOption
+	// Metrics serves the instance's metrics on a free port on 127.0.0.1
+	// (Instance.MetricsURL), as coordd's metrics_listen does.
+	Metrics bool
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -84,6 +91,13 @@ func Start(t testing.TB, o Options) *Instance {
 	if rdb != nil {
 		opts.Redis = rdb
 	}
+	var reg *metrics.Registry
+	var grpcOpts []grpc.ServerOption
+	if o.Metrics {
+		reg = metrics.New()
+		opts.Metrics = reg
+		grpcOpts = reg.ServerOptions()
+	}
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
 		t.Fatalf("coorddtest: coordinator.New: %v", err)
@@ -97,11 +111,22 @@ func Start(t testing.TB, o Options) *Instance {
 		t.Fatalf("coorddtest: listen: %v", err)
 	}
 	mu.Lock()
-	g = server.NewGRPC(server.New(c, cfg.Logger, o.ServerOptions...), o.Server, o.GRPC...)
+	g = server.NewGRPC(server.New(c, cfg.Logger, o.ServerOptions...), o.Server, append(o.GRPC, grpcOpts...)...)
 	mu.Unlock()
 	go func() { _ = g.Serve(lis) }()
 	in.Addr, in.Coordinator, in.GRPC = lis.Addr().String(), c, g
 	t.Cleanup(in.Stop)
+	if reg != nil {
+		reg.Watch(c, g.Server)
+		ml, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("coorddtest: listen for metrics: %v", err)
+		}
+		hs := reg.HTTPServer()
+		go func() { _ = hs.Serve(ml) }()
+		t.Cleanup(func() { hs.Close() })
+		in.MetricsURL = "http://" + ml.Addr().String() + "/metrics"
+	}
 	return in
 }
 
