@@ -64,9 +64,13 @@ func newCallLogger(log *slog.Logger) *callLogger {
 	return &callLogger{log: log, refused: rate.NewLimiter(refusedLogRate, refusedLogBurst)}
 }
 
+func (l *callLogger) enabled(ctx context.Context, lvl logging.Level) bool {
+	return l.log.Enabled(ctx, slog.Level(lvl))
+}
+
 // Log implements logging.Logger.
 func (l *callLogger) Log(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-	if !l.log.Enabled(ctx, slog.Level(lvl)) {
+	if !l.enabled(ctx, lvl) {
 		return
 	}
 	fields = slices.Clone(fields)

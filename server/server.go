@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 
 	"github.com/coordd/coordd/coordinator"
@@ -74,10 +73,6 @@ type GRPC struct {
 // reflection. opts are appended.
 func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 	logger := newCallLogger(s.log)
-	logOpts := []logging.Option{
-		logging.WithLogOnEvents(logging.FinishCall),
-		logging.WithLevels(callLevel),
-	}
 	recoverOpt := recovery.WithRecoveryHandler(func(p any) error {
 		s.log.Error("handler panicked", "panic", p)
 		return toStatus(coordinator.ErrUnavailable)
@@ -87,14 +82,14 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 		codecOption(),
 		grpc.ChainUnaryInterceptor(
 			requestIDUnary, // first: every later log line carries it
-			logging.UnaryServerInterceptor(logger, logOpts...),
+			logger.unary,
 			limit.unary,
 			refuseUndecodableUnary,
 			recovery.UnaryServerInterceptor(recoverOpt),
 		),
 		grpc.ChainStreamInterceptor(
 			requestIDStream,
-			logging.StreamServerInterceptor(logger, logOpts...),
+			logger.stream,
 			limit.stream,
 			refuseUndecodableStream,
 			recovery.StreamServerInterceptor(recoverOpt),
