@@ -103,4 +103,4 @@ bench: deps
 
 # soak repeats the concurrency and fault tests many times under -race.
 soak: deps
-	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|Leader|Subscription|ManyKeys|Watchdog|StaleRefreshed|MaxAge|SingleNode|RateLimit|Breaker' ./server/ ./coordinator/
+	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|Leader|Subscription|ManyKeys|Watchdog|StaleRefreshed|MaxAge|SingleNode|RateLimit|Breaker|Invalidate|FailedL2|LateFail|OlderL2|Bypass|Inline|Uncacheable|FailedRefresh|CustomKey' ./server/ ./coordinator/
