@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// drawPlots writes the PNG plots into dir and returns their file names.
+func drawPlots(res *results, dir string) ([]string, error) {
+	var names []string
+	for _, p := range []struct {
+		name string
+		draw func(*results) (*plot.Plot, error)
+	}{
+		{"lag-cdf.png", lagCDF},
+		{"throughput.png", throughputPlot},
+	} {
+		pl, err := p.draw(res)
+		if err != nil {
+			return nil, fmt.Errorf("plot %s: %w", p.name, err)
+		}
+		if pl == nil {
+			continue
+		}
+		if err := pl.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, p.name)); err != nil {
+			return nil, fmt.Errorf("plot %s: %w", p.name, err)
+		}
+		names = append(names, p.name)
+	}
+	return names, nil
+}
+
+// lagCDF plots the CDF of the full-body follower lag at the largest
+// instance count, for coordd and both baselines, each body size.
+func lagCDF(res *results) (*plot.Plot, error) {
+	k := 0
+	for _, c := range res.lag {
+		k = max(k, c.k)
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Follower lag, %d instances × %d callers: upstream answer → caller's last byte", k, res.cfg.lagCallers)
+	p.X.Label.Text = "lag (ms, log scale)"
+	p.Y.Label.Text = "share of callers"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = false
+	p.Legend.Left = false
+	var lines []any
+	for _, c := range res.lag {
+		if c.k != k {
+			continue
+		}
+		for _, s := range []struct {
+			name string
+			r    burstResult
+		}{{nameCoordd, c.coordd}, {namePolling, c.poll}, {nameFloor, c.floor}} {
+			if len(s.r.body) == 0 {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%s, %s", s.name, sizeName(c.size)), cdf(s.r.body))
+		}
+	}
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	p.Legend.Top = false
+	return p, plotutil.AddLines(p, lines...)
+}
+
+// cdf returns the empirical CDF of ds in milliseconds, floored at 1 µs so
+// that a log scale can show it.
+func cdf(ds []time.Duration) plotter.XYs {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	xys := make(plotter.XYs, len(s))
+	for i, d := range s {
+		xys[i].X = max(float64(d)/float64(time.Millisecond), 0.001)
+		xys[i].Y = float64(i+1) / float64(len(s))
+	}
+	return xys
+}
+
+// throughputPlot plots warm-hit throughput against callers.
+func throughputPlot(res *results) (*plot.Plot, error) {
+	if len(res.tput) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Warm-hit throughput, one instance, Go client"
+	p.X.Label.Text = "concurrent callers (log scale)"
+	p.Y.Label.Text = "documents/s (log scale)"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.Legend.Top = false
+	p.Legend.Left = true
+	var sizes []int
+	for _, pt := range res.tput {
+		if !slices.Contains(sizes, pt.size) {
+			sizes = append(sizes, pt.size)
+		}
+	}
+	var lines []any
+	for _, size := range sizes {
+		for _, s := range []struct {
+			name string
+			pick func(tputPoint) tput
+		}{
+			{nameCoordd, func(p tputPoint) tput { return p.coordd }},
+			{nameFloor, func(p tputPoint) tput { return p.floor }},
+			{namePolling, func(p tputPoint) tput { return p.poll }},
+		} {
+			var xys plotter.XYs
+			for _, pt := range res.tput {
+				if pt.size == size && s.pick(pt).perSec() > 0 {
+					xys = append(xys, plotter.XY{X: float64(pt.callers), Y: s.pick(pt).perSec()})
+				}
+			}
+			if len(xys) > 0 {
+				lines = append(lines, fmt.Sprintf("%s, %s", s.name, sizeName(size)), xys)
+			}
+		}
+	}
+	return p, plotutil.AddLinePoints(p, lines...)
+}
