@@ -142,6 +142,9 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 	if cfg.report == "" {
 		return nil
 	}
+	if err := os.MkdirAll(cfg.reportDirName, 0o755); err != nil {
+		return err
+	}
 	plots, err := drawPlots(res, cfg.reportDirName)
 	if err != nil {
 		return err

@@ -90,11 +90,11 @@ func measure(ctx context.Context, e *env, progress func(string, ...any)) (*resul
 			for range cfg.lagRounds {
 				// Interleaved, so that the three share the machine's moods.
 				for _, t := range []struct {
-					tg    *target
-					into  *burstResult
-					count int
+					tg      *target
+					into    *burstResult
+					coorddK int
 				}{{e.coorddT, &c.coordd, k}, {e.pollT, &c.poll, 0}, {e.floorT, &c.floor, 0}} {
-					r, err := e.burst(ctx, burstSpec{stubs: t.tg.stubs[:k], callers: cfg.lagCallers, size: size, coorddK: t.count})
+					r, err := e.burst(ctx, burstSpec{stubs: t.tg.stubs[:k], callers: cfg.lagCallers, size: size, coorddK: t.coorddK})
 					if err != nil {
 						return nil, err
 					}

@@ -50,8 +50,6 @@ func lagCDF(res *results) (*plot.Plot, error) {
 	p.Y.Label.Text = "share of callers"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = false
-	p.Legend.Left = false
 	var lines []any
 	for _, c := range res.lag {
 		if c.k != k {
@@ -70,8 +68,13 @@ func lagCDF(res *results) (*plot.Plot, error) {
 	if len(lines) == 0 {
 		return nil, nil
 	}
-	p.Legend.Top = false
-	return p, plotutil.AddLines(p, lines...)
+	// The legend goes top left, over a decade left empty for it.
+	p.Legend.Top, p.Legend.Left = true, true
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return nil, err
+	}
+	p.X.Min /= 10
+	return p, nil
 }
 
 // cdf returns the empirical CDF of ds in milliseconds, floored at 1 µs so
