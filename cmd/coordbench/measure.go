@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -188,7 +189,7 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 			p := tputPoint{size: size, callers: n}
 			// In slices taken in turn, so that the three share the
 			// machine's moods (it is shared).
-			const slices = 3
+			const slices = 5
 			d := e.cfg.tputDuration / slices
 			for range slices {
 				p.coordd.add(throughput(ctx, clients[nameCoordd], u, n, d))
@@ -280,12 +281,22 @@ func (e *env) manyStreams(ctx context.Context) (streamsResult, error) {
 	return r, nil
 }
 
-// settle runs two garbage collections: the first moves sync.Pool contents
-// (gRPC's buffers among them) to their victim caches, the second frees
-// them, so that what remains is what is in use.
+// settle collects garbage until the live heap stops shrinking (two to ten
+// collections), so that what remains is what is in use: a collection moves
+// sync.Pool contents (gRPC's buffers among them) to their victim caches,
+// which the next one frees, and queues cleanups (L1's weak map registers
+// one per document, and each holds the whole L1 until it ran).
 func settle() {
-	runtime.GC()
-	runtime.GC()
+	prev := uint64(math.MaxUint64)
+	for range 10 {
+		runtime.GC()
+		live := liveBytes()
+		if live >= prev-prev/100 {
+			return
+		}
+		prev = live
+		time.Sleep(10 * time.Millisecond) // lets queued cleanups run; the runtime offers no way to wait for them
+	}
 }
 
 // liveBytes is the live heap plus goroutine stacks; call it after settle.

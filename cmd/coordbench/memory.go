@@ -116,7 +116,7 @@ func measureL1(ctx context.Context, r *memResult, body []byte) error {
 		return fmt.Errorf("fill L1: %w", firstErr)
 	}
 	r.coordd.fill = time.Since(start)
-	settle() // the second GC runs after the weak map's cleanups did
+	settle()
 	r.coordd.bytesPerDoc = (float64(liveBytes()) - float64(before)) / float64(docs)
 	r.coordd.gcCycle, r.coordd.gcPause = forcedGCs(3)
 	// Check that L1 holds what was put in it: a sample must be L1 hits.
