@@ -281,20 +281,25 @@ func (e *env) manyStreams(ctx context.Context) (streamsResult, error) {
 	return r, nil
 }
 
-// settle collects garbage until the live heap stops shrinking (two to ten
-// collections), so that what remains is what is in use: a collection moves
-// sync.Pool contents (gRPC's buffers among them) to their victim caches,
-// which the next one frees, and queues cleanups (L1's weak map registers
-// one per document, and each holds the whole L1 until it ran).
+// settle collects garbage until the live heap has not shrunk for two
+// collections in a row (at most ten), so that what remains is what is in
+// use: a collection moves sync.Pool contents (gRPC's buffers among them)
+// to their victim caches, which the next one frees, and queues cleanups
+// (L1's weak map registers one per document, and each holds the whole L1
+// until it ran).
 func settle() {
-	prev := uint64(math.MaxUint64)
+	prev, still := uint64(math.MaxUint64), 0
 	for range 10 {
 		runtime.GC()
 		live := liveBytes()
 		if live >= prev-prev/100 {
-			return
+			if still++; still == 2 {
+				return
+			}
+		} else {
+			still = 0
 		}
-		prev = live
+		prev = min(prev, live)
 		time.Sleep(10 * time.Millisecond) // lets queued cleanups run; the runtime offers no way to wait for them
 	}
 }
