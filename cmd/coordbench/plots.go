@@ -98,11 +98,10 @@ func throughputPlot(res *results) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Warm-hit throughput, one instance, Go client"
 	p.X.Label.Text = "concurrent callers (log scale)"
-	p.Y.Label.Text = "documents/s (log scale)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
-	p.Legend.Top = false
-	p.Legend.Left = true
+	p.Y.Label.Text = "documents/s"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = true, true
 	var sizes []int
 	for _, pt := range res.tput {
 		if !slices.Contains(sizes, pt.size) {
@@ -130,5 +129,10 @@ func throughputPlot(res *results) (*plot.Plot, error) {
 			}
 		}
 	}
-	return p, plotutil.AddLinePoints(p, lines...)
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return nil, err
+	}
+	// From zero, with room above the highest point for the legend.
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5
+	return p, nil
 }
