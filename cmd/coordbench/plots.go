@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -101,6 +102,7 @@ func throughputPlot(res *results) (*plot.Plot, error) {
 	p.Y.Label.Text = "documents/s"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = wholeTicks{}
 	p.Legend.Top, p.Legend.Left = true, true
 	var sizes []int
 	for _, pt := range res.tput {
@@ -135,4 +137,17 @@ func throughputPlot(res *results) (*plot.Plot, error) {
 	// From zero, with room above the highest point for the legend.
 	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5
 	return p, nil
+}
+
+// wholeTicks are the default ticks labelled without decimals.
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
+		}
+	}
+	return ts
 }
