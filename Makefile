@@ -33,7 +33,7 @@ check-generated:
 		exit 1; \
 	fi && echo "check-generated: gen/ is up to date."
 
-.PHONY: test test-ts deps run build soak bench
+.PHONY: test test-ts deps run build soak bench report
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible) and the TypeScript
@@ -96,10 +96,19 @@ run:
 	$(GO) run ./cmd/coordd $(ARGS)
 
 # bench prints figures (and ratios against a baseline in the same run); it
-# asserts nothing about speed.
+# asserts nothing about speed. It runs the Go benchmarks, then report.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./server/ ./coordinator/
 	$(GO) test -run '^$$' -bench . -benchmem ./clients/go/
+	$(MAKE) --no-print-directory report
+
+# report runs cmd/coordbench in full (a few minutes on 2 cores): coordd
+# against the 200 ms polling design and a bare gRPC floor, printed as one
+# table and written to bench/REPORT.md with the machine's facts and the
+# plots (bench/*.png). `go run ./cmd/coordbench --quick` prints the same
+# table in under a minute.
+report: deps
+	$(GO) run ./cmd/coordbench --report bench/REPORT.md
 
 # soak repeats the concurrency and fault tests many times under -race.
 soak: deps

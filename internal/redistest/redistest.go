@@ -63,6 +63,19 @@ func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
 }
 
+// TB is the part of testing.TB that Start needs. A *testing.T or
+// *testing.B is one; a program that is not a test (cmd/coordbench) passes
+// its own, whose Fatalf must not return and whose Cleanup functions it runs
+// before exiting.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
 // Server is one redis-server process owned by a test.
 //
 // All methods are safe for concurrent use, including from goroutines the
@@ -70,7 +83,7 @@ func WithArgs(args ...string) Option {
 // serialised: each one finishes before the next begins. The address never
 // changes, so clients built before a Kill reconnect after a Restart.
 type Server struct {
-	t    testing.TB
+	t    TB
 	bin  string
 	port int
 	dir  string
@@ -95,7 +108,7 @@ type process struct {
 //
 // If redis-server is not on PATH, or does not come up, Start calls
 // t.Fatalf, so call it from the test goroutine. It never skips.
-func Start(t testing.TB, opts ...Option) *Server {
+func Start(t TB, opts ...Option) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

@@ -1,0 +1,214 @@
+// Command coordbench measures coordd against baselines run in the same
+// process and the same run, and prints one table of figures, each with its
+// ratio to its baseline.
+//
+//	coordbench [--quick] [--report FILE] [--latency D] [--small N] [--large N]
+//
+// It starts everything it measures itself, on loopback only: a private
+// redis-server on a free port (through internal/redistest), a local
+// upstream whose latency and body sizes are flags, five coordd instances
+// (coordinator and gRPC server) in this process, and the two baselines:
+//
+//   - polling: the design coordd replaces. One small gRPC server per
+//     "instance", each with its own in-process map; the first caller of a
+//     key in a process fetches it, the others poll the map every 200 ms.
+//     Processes share nothing, so each fetches the upstream.
+//   - floor: a bare gRPC server streaming the same bytes, pre-encoded, from
+//     memory: what no service can beat.
+//
+// With --report it also writes the report (machine facts, the command, the
+// table) to FILE and the plots as PNG files beside it. --quick measures
+// less (fewer rounds, 100,000 documents instead of 1,000,000 in L1, 1,000
+// concurrent streams instead of 10,000) and finishes in under a minute on
+// two cores. coordbench asserts nothing about speed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	h := &host{}
+	err := run(ctx, h, os.Args[1:], os.Stdout)
+	stop()
+	h.close()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "coordbench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is what the flags choose.
+type config struct {
+	quick   bool
+	report  string        // report file; empty: none
+	latency time.Duration // the upstream's answer time
+	small   int           // small body, bytes
+	large   int           // large body, bytes
+
+	maxK          int           // coordd instances started
+	gridCallers   []int         // callers per cold burst in the grid (besides one per instance)
+	gridRounds    int           // cold keys per grid cell, coordd
+	pollRounds    int           // cold keys per grid cell, polling baseline
+	lagCallers    int           // callers per follower-lag round
+	lagRounds     int           // rounds per follower-lag cell
+	tputCallers   []int         // concurrent callers of the warm-hit curve
+	tputDuration  time.Duration // per point of the warm-hit curve
+	docs          int           // documents put in L1 for the memory figure
+	streams       int           // concurrent streams on one instance
+	streamConns   int           // client connections carrying them
+	quickNote     string        // said in the output when quick
+	commandLine   string        // as run, for the report
+	reportDirName string        // where the plots go (the report's directory)
+}
+
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("coordbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "measure less: fewer rounds, 100,000 documents in L1, 1,000 streams (under a minute on 2 cores)")
+	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
+	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
+	small := fs.Int("small", 1<<10, "small body size in `bytes`")
+	large := fs.Int("large", 100<<10, "large body size in `bytes`")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case *small <= 0 || *large <= 0:
+		return config{}, errors.New("--small and --large must be positive")
+	case *latency < 0:
+		return config{}, errors.New("--latency must not be negative")
+	}
+	c := config{
+		quick: *quick, report: *report, latency: *latency, small: *small, large: *large,
+		maxK:         5,
+		gridCallers:  []int{10, 100, 1000},
+		gridRounds:   5,
+		pollRounds:   2,
+		lagCallers:   100,
+		lagRounds:    10,
+		tputCallers:  []int{1, 10, 100, 1000},
+		tputDuration: 2 * time.Second,
+		docs:         1_000_000,
+		streams:      10_000,
+		streamConns:  8,
+		commandLine:  "go run ./cmd/coordbench " + strings.Join(args, " "),
+	}
+	if c.quick {
+		c.gridRounds, c.pollRounds, c.lagRounds = 2, 1, 3
+		c.tputDuration = 300 * time.Millisecond
+		c.docs, c.streams = 100_000, 1_000
+		c.quickNote = "--quick: 100,000 documents in L1 instead of 1,000,000; 1,000 concurrent streams instead of 10,000; fewer rounds"
+	}
+	if c.report != "" {
+		c.reportDirName = filepath.Dir(c.report)
+	}
+	return c, nil
+}
+
+// run measures everything cfg asks for and prints the table to stdout.
+func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
+	cfg, err := parseConfig(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	e := newEnv(h, cfg)
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(os.Stderr, "coordbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, a...)...)
+	}
+	res, err := measure(ctx, e, progress)
+	if err != nil {
+		return err
+	}
+	res.elapsed = time.Since(started)
+	table := renderTable(res)
+	fmt.Fprint(stdout, table)
+	if cfg.report == "" {
+		return nil
+	}
+	if err := os.MkdirAll(cfg.reportDirName, 0o755); err != nil {
+		return err
+	}
+	plots, err := drawPlots(res, cfg.reportDirName)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.report, []byte(renderReport(res, table, plots)), 0o644)
+}
+
+// host stands in for testing.TB where internal/redistest needs one: it
+// collects cleanups and runs them, last first, on close; Fatalf runs them
+// and exits.
+type host struct {
+	mu       sync.Mutex // protects the fields below
+	cleanups []func()
+	failed   bool
+}
+
+func (h *host) Helper() {}
+
+func (h *host) Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "coordbench: "+format+"\n", args...)
+}
+
+func (h *host) Fatalf(format string, args ...any) {
+	h.mu.Lock()
+	h.failed = true
+	h.mu.Unlock()
+	h.Logf(format, args...)
+	h.close()
+	os.Exit(1)
+}
+
+func (h *host) Cleanup(f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cleanups = append(h.cleanups, f)
+}
+
+func (h *host) TempDir() string {
+	dir, err := os.MkdirTemp("", "coordbench-")
+	if err != nil {
+		h.Fatalf("temp dir: %v", err)
+	}
+	h.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func (h *host) Failed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failed
+}
+
+// close runs the cleanups, last registered first, once each.
+func (h *host) close() {
+	for {
+		h.mu.Lock()
+		n := len(h.cleanups)
+		if n == 0 {
+			h.mu.Unlock()
+			return
+		}
+		f := h.cleanups[n-1]
+		h.cleanups = h.cleanups[:n-1]
+		h.mu.Unlock()
+		f()
+	}
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// drawPlots writes the PNG plots into dir and returns their file names.
+func drawPlots(res *results, dir string) ([]string, error) {
+	var names []string
+	for _, p := range []struct {
+		name string
+		draw func(*results) (*plot.Plot, error)
+	}{
+		{"lag-cdf.png", lagCDF},
+		{"throughput.png", throughputPlot},
+	} {
+		pl, err := p.draw(res)
+		if err != nil {
+			return nil, fmt.Errorf("plot %s: %w", p.name, err)
+		}
+		if pl == nil {
+			continue
+		}
+		if err := pl.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, p.name)); err != nil {
+			return nil, fmt.Errorf("plot %s: %w", p.name, err)
+		}
+		names = append(names, p.name)
+	}
+	return names, nil
+}
+
+// lagCDF plots the CDF of the full-body follower lag at the largest
+// instance count, for coordd and both baselines, each body size.
+func lagCDF(res *results) (*plot.Plot, error) {
+	k := 0
+	for _, c := range res.lag {
+		k = max(k, c.k)
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Follower lag, %d instances × %d callers: upstream answer → caller's last byte", k, res.cfg.lagCallers)
+	p.X.Label.Text = "lag (ms, log scale)"
+	p.Y.Label.Text = "share of callers"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	var lines []any
+	for _, c := range res.lag {
+		if c.k != k {
+			continue
+		}
+		for _, s := range []struct {
+			name string
+			r    burstResult
+		}{{nameCoordd, c.coordd}, {namePolling, c.poll}, {nameFloor, c.floor}} {
+			if len(s.r.body) == 0 {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%s, %s", s.name, sizeName(c.size)), cdf(s.r.body))
+		}
+	}
+	if len(lines) == 0 {
+		return nil, nil
+	}
+	// The legend goes top left, over a decade left empty for it.
+	p.Legend.Top, p.Legend.Left = true, true
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return nil, err
+	}
+	p.X.Min /= 10
+	return p, nil
+}
+
+// cdf returns the empirical CDF of ds in milliseconds, floored at 1 µs so
+// that a log scale can show it.
+func cdf(ds []time.Duration) plotter.XYs {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	xys := make(plotter.XYs, len(s))
+	for i, d := range s {
+		xys[i].X = max(float64(d)/float64(time.Millisecond), 0.001)
+		xys[i].Y = float64(i+1) / float64(len(s))
+	}
+	return xys
+}
+
+// throughputPlot plots warm-hit throughput against callers.
+func throughputPlot(res *results) (*plot.Plot, error) {
+	if len(res.tput) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = "Warm-hit throughput, one instance, Go client"
+	p.X.Label.Text = "concurrent callers (log scale)"
+	p.Y.Label.Text = "documents/s"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = wholeTicks{}
+	p.Legend.Top, p.Legend.Left = true, true
+	var sizes []int
+	for _, pt := range res.tput {
+		if !slices.Contains(sizes, pt.size) {
+			sizes = append(sizes, pt.size)
+		}
+	}
+	var lines []any
+	for _, size := range sizes {
+		for _, s := range []struct {
+			name string
+			pick func(tputPoint) tput
+		}{
+			{nameCoordd, func(p tputPoint) tput { return p.coordd }},
+			{nameFloor, func(p tputPoint) tput { return p.floor }},
+			{namePolling, func(p tputPoint) tput { return p.poll }},
+		} {
+			var xys plotter.XYs
+			for _, pt := range res.tput {
+				if pt.size == size && s.pick(pt).perSec() > 0 {
+					xys = append(xys, plotter.XY{X: float64(pt.callers), Y: s.pick(pt).perSec()})
+				}
+			}
+			if len(xys) > 0 {
+				lines = append(lines, fmt.Sprintf("%s, %s", s.name, sizeName(size)), xys)
+			}
+		}
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return nil, err
+	}
+	// From zero, with room above the highest point for the legend.
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5
+	return p, nil
+}
+
+// wholeTicks are the default ticks labelled without decimals.
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', 0, 64)
+		}
+	}
+	return ts
+}
