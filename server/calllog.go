@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
 // The interceptors below log one line per finished call, with the field
 // names of go-grpc-middleware's logging interceptor ("finished call",
-// grpc.service, grpc.method, grpc.code, grpc.time_ms, grpc.error).
+// grpc.service, grpc.method, grpc.code, grpc.time_ms, peer.address,
+// grpc.error).
 // Hand-rolled because that interceptor builds its fields when each call
 // starts, whatever the level its end will log at: successful calls, the
 // hot path, log at DEBUG, usually disabled, and here cost a clock read and
@@ -44,6 +46,9 @@ func (l *callLogger) finished(ctx context.Context, fullMethod, kind string, star
 		"grpc.service", path.Clean(service)[1:], "grpc.method", method, "grpc.method_type", kind,
 		"grpc.start_time", start.Format(time.RFC3339), "grpc.code", code.String(),
 		"grpc.time_ms", float64(time.Since(start).Microseconds()) / 1000,
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		fields = append(fields, "peer.address", p.Addr.String())
 	}
 	if err != nil {
 		fields = append(fields, "grpc.error", err.Error())
