@@ -498,8 +498,6 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 	t, r := f.t, c.rl
 	if l != nil {
 		defer l.stopWatchdog() // every path below hands the lock off; this covers a panic
-	}
-	if l != nil {
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
 		if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
