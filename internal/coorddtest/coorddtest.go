@@ -27,8 +27,9 @@ type Instance struct {
 	Addr        string
 	Coordinator *coordinator.Coordinator
 	GRPC        *server.GRPC
-	Redis       *redis.Client // nil in single-node mode
+	Redis       *redis.Client // from Options.RedisURL; nil otherwise
 
+	rdb      redis.UniversalClient // the client in use, closed by Stop and Crash; nil in single-node mode
 	stopOnce sync.Once
 }
 
@@ -36,6 +37,9 @@ type Instance struct {
 type Options struct {
 	// RedisURL is the shared Redis; empty: single-node mode.
 	RedisURL string
+	// RedisClient, when set, is used instead of RedisURL: a Redis Cluster
+	// or Sentinel (failover) client the test built. Stop and Crash close it.
+	RedisClient redis.UniversalClient
 	// Config is the coordinator's configuration; Logger defaults to one
 	// that logs errors only to stderr.
 	Config coordinator.Config
@@ -53,7 +57,7 @@ func Start(t testing.TB, o Options) *Instance {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	var rdb *redis.Client
-	if o.RedisURL != "" {
+	if o.RedisURL != "" && o.RedisClient == nil {
 		opt, err := redis.ParseURL(o.RedisURL)
 		if err != nil {
 			t.Fatalf("coorddtest: redis url: %v", err)
@@ -67,6 +71,12 @@ func Start(t testing.TB, o Options) *Instance {
 		rdb = redis.NewClient(opt)
 	}
 	in := &Instance{Redis: rdb}
+	if rdb != nil {
+		in.rdb = rdb
+	}
+	if o.RedisClient != nil {
+		in.rdb = o.RedisClient
+	}
 	var g *server.GRPC
 	var mu sync.Mutex
 	opts := coordinator.Options{OnRedisHealth: func(up bool) {
@@ -76,8 +86,8 @@ func Start(t testing.TB, o Options) *Instance {
 			g.SetRedisHealth(up)
 		}
 	}}
-	if rdb != nil {
-		opts.Redis = rdb
+	if in.rdb != nil {
+		opts.Redis = in.rdb
 	}
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
@@ -106,8 +116,8 @@ func (in *Instance) Stop() {
 	in.stopOnce.Do(func() {
 		in.GRPC.Drain(0, 2*time.Second)
 		in.Coordinator.Close()
-		if in.Redis != nil {
-			in.Redis.Close()
+		if in.rdb != nil {
+			in.rdb.Close()
 		}
 	})
 }
@@ -118,8 +128,8 @@ func (in *Instance) Stop() {
 func (in *Instance) Crash() {
 	in.stopOnce.Do(func() {
 		in.GRPC.Stop()
-		if in.Redis != nil {
-			in.Redis.Close() // its lock watchdog can no longer extend the lease
+		if in.rdb != nil {
+			in.rdb.Close() // its lock watchdog can no longer extend the lease
 		}
 	})
 }
