@@ -16,16 +16,17 @@ import (
 
 // fileConfig is coordd's YAML configuration. See README.md for each field.
 type fileConfig struct {
-	Listen        string        `yaml:"listen"`
-	Redis         string        `yaml:"redis"`
-	RedisCluster  []string      `yaml:"redis_cluster"`
-	LogLevel      string        `yaml:"log_level"`
-	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
-	DrainDelay    time.Duration `yaml:"drain_delay"`
-	L1MaxBytes    int64         `yaml:"l1_max_bytes"`
-	LockTTL       time.Duration `yaml:"lock_ttl"`
-	RedisTimeout  time.Duration `yaml:"redis_timeout"`
-	KeyPrefix     string        `yaml:"key_prefix"`
+	Listen        string          `yaml:"listen"`
+	Redis         string          `yaml:"redis"`
+	RedisCluster  []string        `yaml:"redis_cluster"`
+	RedisSentinel *sentinelConfig `yaml:"redis_sentinel"`
+	LogLevel      string          `yaml:"log_level"`
+	ShutdownGrace time.Duration   `yaml:"shutdown_grace"`
+	DrainDelay    time.Duration   `yaml:"drain_delay"`
+	L1MaxBytes    int64           `yaml:"l1_max_bytes"`
+	LockTTL       time.Duration   `yaml:"lock_ttl"`
+	RedisTimeout  time.Duration   `yaml:"redis_timeout"`
+	KeyPrefix     string          `yaml:"key_prefix"`
 	// Hardening knobs; see coordinator.Config.
 	RedisRetryInterval time.Duration    `yaml:"redis_retry_interval"`
 	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
@@ -35,6 +36,37 @@ type fileConfig struct {
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
+}
+
+// sentinelConfig finds the Redis master through Redis Sentinel, and
+// follows it across failovers.
+type sentinelConfig struct {
+	// MasterName is the name the sentinels monitor the master under. Required.
+	MasterName string `yaml:"master_name"`
+	// Addrs are the sentinels' host:port addresses. Required.
+	Addrs []string `yaml:"addrs"`
+	// Password authenticates to the master and replicas. Default: none.
+	Password string `yaml:"password"`
+	// SentinelPassword authenticates to the sentinels, when they require
+	// it. Default: none.
+	SentinelPassword string `yaml:"sentinel_password"`
+}
+
+// validateRedis names the bad field of fc's Redis settings.
+func (fc *fileConfig) validateRedis() error {
+	sc := fc.RedisSentinel
+	if sc == nil {
+		return nil
+	}
+	switch {
+	case fc.Redis != "" || len(fc.RedisCluster) > 0:
+		return errors.New("config: redis_sentinel: set only one of redis (or --redis), redis_cluster and redis_sentinel")
+	case sc.MasterName == "":
+		return errors.New("config: redis_sentinel.master_name: required")
+	case len(sc.Addrs) == 0:
+		return errors.New("config: redis_sentinel.addrs: required (the sentinels' host:port)")
+	}
+	return nil
 }
 
 type upstreamConfig struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -47,6 +48,9 @@ type Options struct {
 	Addr string
 	// Server configures the gRPC server.
 	Server server.Config
+	// Transport performs the instance's upstream requests (for tests that
+	// count them per instance). Default: the coordinator's own.
+	Transport http.RoundTripper
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -79,7 +83,7 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var g *server.GRPC
 	var mu sync.Mutex
-	opts := coordinator.Options{OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Transport: o.Transport, OnRedisHealth: func(up bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if g != nil {
