@@ -63,6 +63,7 @@ type hub struct {
 	rdb       rediser
 	channels  []string // one per shard of the ids; shardOf picks a key's
 	subscribe func(ctx context.Context, channel string) *redis.PubSub
+	reroute   func(ctx context.Context) // if set, called before subscribing again after a failure
 	log       *slog.Logger
 	onInval   func(key string) // an inval event: fence and drop
 	onDrop    func(key string) // a done event with Drop: drop from L1
@@ -221,6 +222,9 @@ func (h *hub) runOne(ctx context.Context, i int, interval time.Duration, onBroke
 				h.resetShard(i)
 			}
 			pinged = false
+			if h.reroute != nil {
+				h.reroute(ctx)
+			}
 			// A frozen connection must be dropped; a dead one is already.
 			psMu.Lock()
 			_ = ps.Close()

@@ -85,12 +85,22 @@ func shardOf(id string, n int) int {
 
 // newShardedHub returns a hub on the shard channels (cluster mode).
 func newShardedHub(rdb rediser, channels []string, log *slog.Logger, onInval func(string)) *hub {
-	return &hub{
+	h := &hub{
 		rdb: rdb, channels: channels, log: log, onInval: onInval,
 		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.SSubscribe(ctx, ch) },
 		waiters:   make(map[string]map[*waiter]struct{}),
 		ready:     make([]atomic.Bool, len(channels)),
 	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A subscription is routed by go-redis's map of the slots, which
+		// it refreshes when a command is redirected (a SSUBSCRIBE is not
+		// followed) or once a minute: after a slot moved (or its node
+		// failed over) the hub would subscribe at the old owner again and
+		// again meanwhile. Reloading is asynchronous, deduplicated and
+		// rate-limited by go-redis.
+		h.reroute = cc.ReloadState
+	}
+	return h
 }
 
 // newHub builds r's hub: on the shard channels when rdb is a Redis Cluster

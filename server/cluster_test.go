@@ -168,3 +168,138 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 	slices.Sort(shardChannels)
 	t.Logf("%d keys x %d callers on 3 instances: 1 upstream request per key; shard channels %v", keys, perInstance*len(ins), shardChannels)
 }
+
+// TestRedisClusterSubscriptionCut: cutting the shard channel subscriptions
+// of one node (CLIENT KILL TYPE pubsub) while followers wait loses no
+// wakeup and degrades nothing: the hub subscribes again, the waiters of
+// those channels re-check, and every follower is still pushed its result.
+func TestRedisClusterSubscriptionCut(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
+		})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	paths := keyPaths("/cut", 24)
+	release := make(chan struct{})
+	for _, p := range paths {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	node := rc.Node(1).Client(t)
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+		n, err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
+		if err != nil || n == 0 {
+			t.Errorf("CLIENT KILL TYPE pubsub on node 1 = %d, %v; want the instances' subscriptions cut", n, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the hubs subscribe again; nothing signals it
+	}()
+	for _, err := range fl.burst(ctx, paths, 3) {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	for i, in := range fl.instances {
+		if !in.Coordinator.RedisHealthy() {
+			t.Errorf("instance %d degraded by a cut subscription", i)
+		}
+	}
+	if n := fl.timerWakeups(); n != 0 {
+		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", n)
+	}
+}
+
+// TestRedisClusterShardChannelSlotMoves: when the slot of a shard channel
+// moves to another node, that node's subscribers are dropped
+// (sunsubscribe); every hub subscribes again on the new owner, and a burst
+// is still coordinated through pushes.
+func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
+		})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const channel = "coordd:events:{s5.3}" // slot 5157: node 0's, of 0-5460
+	from, to := rc.Node(0).Client(t), rc.Node(1).Client(t)
+	slot, err := from.ClusterKeySlot(ctx, channel).Result()
+	if err != nil || slot != 5157 {
+		t.Fatalf("CLUSTER KEYSLOT %s = %d, %v; want 5157", channel, slot, err)
+	}
+	waitSubs := func(rdb *redis.Client, want int64) {
+		t.Helper()
+		waitFor(t, 10*time.Second, func() bool {
+			subs, err := rdb.PubSubShardNumSub(ctx, channel).Result()
+			return err == nil && subs[channel] == want
+		})
+	}
+	waitSubs(from, 3)
+	ids := make([]string, rc.Len())
+	for i := range ids {
+		if ids[i], err = rc.Node(i).Client(t).ClusterMyID(ctx).Result(); err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+	}
+	// No key lives in the slot yet, so the move needs no MIGRATE.
+	steps := []struct {
+		rdb  *redis.Client
+		args []any
+	}{
+		{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0]}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1]}},
+		{to, []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+		{rc.Node(2).Client(t), []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+	}
+	for _, s := range steps {
+		if err := s.rdb.Do(ctx, s.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", s.args, err)
+		}
+	}
+	begin := time.Now()
+	waitSubs(to, 3)
+	t.Logf("every hub subscribed on the slot's new owner %v after the move", time.Since(begin).Round(time.Millisecond))
+
+	paths := keyPaths("/moved", 48)
+	release := make(chan struct{})
+	for _, p := range paths {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+	}()
+	for _, err := range fl.burst(ctx, paths, 2) {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	if n := fl.timerWakeups(); n != 0 {
+		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", n)
+	}
+}
