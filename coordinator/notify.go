@@ -60,7 +60,6 @@ type waiter struct {
 // ids (see shard.go), each on a connection of its own to the node that
 // owns the channel's slot, since SSUBSCRIBE takes channels of one slot only.
 type hub struct {
-	rdb       rediser
 	channels  []string // one per shard of the ids; shardOf picks a key's
 	subscribe func(ctx context.Context, channel string) *redis.PubSub
 	reroute   func(ctx context.Context) // if set, called before subscribing again after a failure
@@ -78,7 +77,7 @@ type hub struct {
 // newHub returns a hub on one plain pub/sub channel.
 func newHub(rdb rediser, channel string, log *slog.Logger, onInval func(string)) *hub {
 	return &hub{
-		rdb: rdb, channels: []string{channel}, log: log, onInval: onInval,
+		channels: []string{channel}, log: log, onInval: onInval,
 		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.Subscribe(ctx, ch) },
 		waiters:   make(map[string]map[*waiter]struct{}),
 		ready:     make([]atomic.Bool, 1),

@@ -86,7 +86,7 @@ func shardOf(id string, n int) int {
 // newShardedHub returns a hub on the shard channels (cluster mode).
 func newShardedHub(rdb rediser, channels []string, log *slog.Logger, onInval func(string)) *hub {
 	h := &hub{
-		rdb: rdb, channels: channels, log: log, onInval: onInval,
+		channels: channels, log: log, onInval: onInval,
 		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.SSubscribe(ctx, ch) },
 		waiters:   make(map[string]map[*waiter]struct{}),
 		ready:     make([]atomic.Bool, len(channels)),
