@@ -49,7 +49,8 @@ type Coordinator struct {
 // Options are the optional dependencies of New.
 type Options struct {
 	// Redis is the shared L2, lock and notification store: a *redis.Client
-	// or *redis.ClusterClient. Nil: single-node mode.
+	// *redis.ClusterClient (sharded pub/sub), or a failover client
+	// (Sentinel). Nil: single-node mode.
 	Redis redis.UniversalClient
 	// Transport performs upstream HTTP requests. Default: a clone of
 	// http.DefaultTransport.
@@ -121,7 +122,7 @@ func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool))
 		suspect:  make(chan error, 1),
 		ctx:      c.ctx,
 	}
-	r.hub = newHub(rdb, r.channel(), r.log, c.dropLocal)
+	r.hub = r.newHub(rdb, c.dropLocal) // sharded pub/sub on a Redis Cluster
 	r.hub.onDrop = c.l1.Delete
 	ready := make(chan struct{})
 	var once sync.Once
@@ -626,7 +627,10 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 	err := r.always(ctx, len(enc), func(ctx context.Context) (err error) {
 		landed, err = landScript.Run(ctx, r.rdb,
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
-			token, f.gen, enc, ttl.Milliseconds(), r.channel(), ev.encode()).Int64()
+			token, f.gen, enc, ttl.Milliseconds(), r.scriptChannel(), ev.encode()).Int64()
+		if err == nil && landed == 1 {
+			err = r.announce(ctx, ev)
+		}
 		return err
 	})
 	if err != nil || landed == 0 {
@@ -653,7 +657,10 @@ func (c *Coordinator) handOff(l *lease, ev event) {
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
 	_ = r.always(ctx, 0, func(ctx context.Context) error {
-		return handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, r.channel(), ev.encode()).Err()
+		if err := handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, r.scriptChannel(), ev.encode()).Err(); err != nil {
+			return err
+		}
+		return r.announce(ctx, ev)
 	})
 }
 
@@ -690,7 +697,10 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	ev := event{Type: evInval, Key: t.id}
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		existed, err = invalidateScript.Run(ctx, r.rdb, []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
-			r.channel(), ev.encode(), c.genTTL.Milliseconds()).Int64()
+			r.scriptChannel(), ev.encode(), c.genTTL.Milliseconds()).Int64()
+		if err == nil {
+			err = r.announce(ctx, ev)
+		}
 		return err
 	})
 	if err != nil {

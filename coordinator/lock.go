@@ -12,7 +12,9 @@ import (
 )
 
 // Every script below touches the keys of one cache id only, which share a
-// hash tag, so they run in Redis Cluster too.
+// hash tag, so they run in Redis Cluster too. A script that publishes takes
+// the channel as an argument and publishes nothing when it is "" (Redis
+// Cluster, where the caller SPUBLISHes afterwards: see shard.go).
 var (
 	// lockScript takes the fill lock, or names its holder: {1, token} or
 	// {0, holder's token}.
@@ -42,13 +44,13 @@ end
 redis.call("set", KEYS[1], ARGV[3], "PX", ARGV[4])
 if KEYS[1] ~= KEYS[4] then redis.call("del", KEYS[4]) end
 if mine then redis.call("del", KEYS[2]) end
-redis.call("publish", ARGV[5], ARGV[6])
+if ARGV[5] ~= "" then redis.call("publish", ARGV[5], ARGV[6]) end
 return 1`)
 	// handOffScript releases the lock if ours and publishes an event.
 	// KEYS: lock. ARGV: token, channel, event.
 	handOffScript = redis.NewScript(`
 if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) end
-redis.call("publish", ARGV[2], ARGV[3])
+if ARGV[2] ~= "" then redis.call("publish", ARGV[2], ARGV[3]) end
 return 1`)
 	// invalidateScript deletes the document and the lock, bumps the
 	// generation (fencing every fill in flight) and publishes inval.
@@ -58,7 +60,7 @@ local existed = redis.call("del", KEYS[1])
 redis.call("del", KEYS[2])
 redis.call("incr", KEYS[3])
 redis.call("pexpire", KEYS[3], ARGV[3])
-redis.call("publish", ARGV[1], ARGV[2])
+if ARGV[1] ~= "" then redis.call("publish", ARGV[1], ARGV[2]) end
 return existed`)
 )
 

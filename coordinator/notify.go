@@ -69,30 +69,54 @@ type waiter struct {
 	ch  chan event
 }
 
-// hub is this instance's single subscriber connection to the completion
-// channel, multiplexing every key: it dispatches each event to the local
-// waiters registered for its key. Callers register, then re-check L2, then
-// wait, so no wakeup is lost; whenever the subscription is (re)established
-// every waiter gets a reset, since events may have been missed meanwhile.
+// hub is this instance's subscriber to the completion channels,
+// multiplexing every key: it dispatches each event to the local waiters
+// registered for its key. Callers register, then re-check L2, then wait, so
+// no wakeup is lost; whenever a subscription is (re)established every
+// waiter of its channel gets a reset, since events may have been missed
+// meanwhile.
+//
+// On a single Redis (or Sentinel) there is one channel and one subscriber
+// connection. In Redis Cluster there is one shard channel per shard of the
+// ids (see shard.go), each on a connection of its own to the node that
+// owns the channel's slot, since SSUBSCRIBE takes channels of one slot only.
 type hub struct {
-	rdb     rediser
-	channel string
-	log     *slog.Logger
-	onInval func(key string) // an inval event: fence and drop
-	onDrop  func(key string) // a done event with Drop: drop from L1
-	onUp    func()           // called once the subscription is confirmed
+	channels  []string // one per shard of the ids; shardOf picks a key's
+	subscribe func(ctx context.Context, channel string) *redis.PubSub
+	reroute   func(ctx context.Context) // if set, called before subscribing again after a failure
+	log       *slog.Logger
+	onInval   func(key string) // an inval event: fence and drop
+	onDrop    func(key string) // a done event with Drop: drop from L1
+	onUp      func()           // called whenever every subscription is confirmed
 
 	mu      sync.Mutex // protects waiters
 	waiters map[string]map[*waiter]struct{}
 
-	ready atomic.Bool // subscription confirmed and not since broken
+	ready []atomic.Bool // per channel: subscription confirmed and not since broken
 }
 
+// newHub returns a hub on one plain pub/sub channel.
 func newHub(rdb rediser, channel string, log *slog.Logger, onInval func(string)) *hub {
-	return &hub{rdb: rdb, channel: channel, log: log, onInval: onInval, waiters: make(map[string]map[*waiter]struct{})}
+	return &hub{
+		channels: []string{channel}, log: log, onInval: onInval,
+		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.Subscribe(ctx, ch) },
+		waiters:   make(map[string]map[*waiter]struct{}),
+		ready:     make([]atomic.Bool, 1),
+	}
 }
 
-func (h *hub) subscribed() bool { return h.ready.Load() }
+// subscribed reports whether every subscription is confirmed.
+func (h *hub) subscribed() bool {
+	for i := range h.ready {
+		if !h.ready[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// shard returns the index of key's channel.
+func (h *hub) shard(key string) int { return shardOf(key, len(h.channels)) }
 
 // register returns a waiter for key; the caller must unregister it.
 func (h *hub) register(key string) *waiter {
@@ -134,9 +158,16 @@ func (h *hub) dispatch(ev event) {
 }
 
 // resetAll wakes every waiter to re-check.
-func (h *hub) resetAll() {
+func (h *hub) resetAll() { h.resetShard(-1) }
+
+// resetShard wakes the waiters of channel i (every waiter if i < 0) to
+// re-check.
+func (h *hub) resetShard(i int) {
 	h.mu.Lock()
-	for _, m := range h.waiters {
+	for key, m := range h.waiters {
+		if i >= 0 && len(h.channels) > 1 && h.shard(key) != i {
+			continue
+		}
 		for w := range m {
 			select {
 			case w.ch <- event{Type: evReset, Key: w.key}:
@@ -147,13 +178,30 @@ func (h *hub) resetAll() {
 	h.mu.Unlock()
 }
 
-// run keeps the subscription alive until ctx ends. go-redis reconnects and
-// resubscribes a broken PubSub on the next Receive; each confirmation is
-// followed by resetAll. A ping every interval detects a frozen Redis. When
-// the subscription breaks, every waiter re-checks and onBroken is called.
+// run keeps every subscription alive until ctx ends, one goroutine per
+// channel; see runOne.
 func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(error)) {
+	var wg sync.WaitGroup
+	for i := range h.channels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.runOne(ctx, i, interval, onBroken)
+		}()
+	}
+	wg.Wait()
+}
+
+// runOne keeps the subscription to channel i alive until ctx ends.
+// go-redis reconnects and resubscribes a broken PubSub on the next
+// Receive; each confirmation is followed by a reset of the channel's
+// waiters. A ping every interval detects a frozen Redis. When the
+// subscription breaks, the channel's waiters re-check and onBroken is
+// called.
+func (h *hub) runOne(ctx context.Context, i int, interval time.Duration, onBroken func(error)) {
+	channel := h.channels[i]
 	var psMu sync.Mutex // protects ps, which Close of ctx must be able to interrupt
-	ps := h.rdb.Subscribe(ctx, h.channel)
+	ps := h.subscribe(ctx, channel)
 	stop := context.AfterFunc(ctx, func() {
 		psMu.Lock()
 		_ = ps.Close() // unblocks a pending Receive
@@ -169,6 +217,13 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		msg, err := ps.ReceiveTimeout(ctx, interval)
+		if err == nil {
+			if s, ok := msg.(*redis.Subscription); ok && s.Kind == "sunsubscribe" {
+				// The server dropped a shard channel whose slot moved to
+				// another node: subscribe again where it lives now.
+				err = errSlotMoved
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -181,16 +236,19 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 					continue
 				}
 			}
-			if h.ready.CompareAndSwap(true, false) {
-				h.log.Warn("redis subscription broken; reconnecting", "err", err)
+			if h.ready[i].CompareAndSwap(true, false) {
+				h.log.Warn("redis subscription broken; reconnecting", "channel", channel, "err", err)
 				onBroken(err)
-				h.resetAll()
+				h.resetShard(i)
 			}
 			pinged = false
+			if h.reroute != nil {
+				h.reroute(ctx)
+			}
 			// A frozen connection must be dropped; a dead one is already.
 			psMu.Lock()
 			_ = ps.Close()
-			ps = h.rdb.Subscribe(ctx, h.channel)
+			ps = h.subscribe(ctx, channel)
 			psMu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -203,13 +261,13 @@ func (h *hub) run(ctx context.Context, interval time.Duration, onBroken func(err
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
 				backoff = 50 * time.Millisecond
-				h.ready.Store(true)
-				if h.onUp != nil {
+				h.ready[i].Store(true)
+				if h.onUp != nil && h.subscribed() {
 					h.onUp()
 				}
-				h.resetAll()
+				h.resetShard(i)
 			}
 		case *redis.Message:
 			ev, ok := decodeEvent(m.Payload)

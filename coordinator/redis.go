@@ -25,6 +25,8 @@ type rediser interface {
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SPublish(ctx context.Context, channel string, message any) *redis.IntCmd
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 }
@@ -51,6 +53,7 @@ type redisLayer struct {
 	downs   atomic.Int64 // up-to-down transitions
 	suspect chan error   // a failed operation; cap 1, read by watch
 	hub     *hub
+	shards  []string        // Redis Cluster: the shard channels (shard.go); nil: one channel
 	ctx     context.Context // ends on Close
 }
 
@@ -262,8 +265,10 @@ func (r *redisLayer) getRaw(ctx context.Context, rkey, id string) (*Document, []
 }
 
 func (r *redisLayer) publish(ctx context.Context, ev event) error {
-	b := ev.encode()
 	return r.always(ctx, 0, func(ctx context.Context) error {
-		return r.rdb.Publish(ctx, r.channel(), b).Err()
+		if r.shards != nil {
+			return r.announce(ctx, ev)
+		}
+		return r.rdb.Publish(ctx, r.channel(), ev.encode()).Err()
 	})
 }

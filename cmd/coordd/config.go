@@ -16,18 +16,19 @@ import (
 
 // fileConfig is coordd's YAML configuration. See README.md for each field.
 type fileConfig struct {
-	Listen        string        `yaml:"listen"`
-	Redis         string        `yaml:"redis"`
-	RedisCluster  []string      `yaml:"redis_cluster"`
-	LogLevel      string        `yaml:"log_level"`
-	LogFormat     string        `yaml:"log_format"`     // text or json. Default: text.
-	MetricsListen string        `yaml:"metrics_listen"` // Prometheus /metrics address. Default: none.
-	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
-	DrainDelay    time.Duration `yaml:"drain_delay"`
-	L1MaxBytes    int64         `yaml:"l1_max_bytes"`
-	LockTTL       time.Duration `yaml:"lock_ttl"`
-	RedisTimeout  time.Duration `yaml:"redis_timeout"`
-	KeyPrefix     string        `yaml:"key_prefix"`
+	Listen        string          `yaml:"listen"`
+	Redis         string          `yaml:"redis"`
+	RedisCluster  []string        `yaml:"redis_cluster"`
+	RedisSentinel *sentinelConfig `yaml:"redis_sentinel"`
+	LogLevel      string          `yaml:"log_level"`
+	LogFormat     string          `yaml:"log_format"`     // text or json. Default: text.
+	MetricsListen string          `yaml:"metrics_listen"` // Prometheus /metrics address. Default: none.
+	ShutdownGrace time.Duration   `yaml:"shutdown_grace"`
+	DrainDelay    time.Duration   `yaml:"drain_delay"`
+	L1MaxBytes    int64           `yaml:"l1_max_bytes"`
+	LockTTL       time.Duration   `yaml:"lock_ttl"`
+	RedisTimeout  time.Duration   `yaml:"redis_timeout"`
+	KeyPrefix     string          `yaml:"key_prefix"`
 	// Hardening knobs; see coordinator.Config.
 	RedisRetryInterval time.Duration    `yaml:"redis_retry_interval"`
 	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
@@ -39,6 +40,37 @@ type fileConfig struct {
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
 
 	securityConfig `yaml:",inline"`
+}
+
+// sentinelConfig finds the Redis master through Redis Sentinel, and
+// follows it across failovers.
+type sentinelConfig struct {
+	// MasterName is the name the sentinels monitor the master under. Required.
+	MasterName string `yaml:"master_name"`
+	// Addrs are the sentinels' host:port addresses. Required.
+	Addrs []string `yaml:"addrs"`
+	// Password authenticates to the master and replicas. Default: none.
+	Password string `yaml:"password"`
+	// SentinelPassword authenticates to the sentinels, when they require
+	// it. Default: none.
+	SentinelPassword string `yaml:"sentinel_password"`
+}
+
+// validateRedis names the bad field of fc's Redis settings.
+func (fc *fileConfig) validateRedis() error {
+	sc := fc.RedisSentinel
+	if sc == nil {
+		return nil
+	}
+	switch {
+	case fc.Redis != "" || len(fc.RedisCluster) > 0:
+		return errors.New("config: redis_sentinel: set only one of redis (or --redis), redis_cluster and redis_sentinel")
+	case sc.MasterName == "":
+		return errors.New("config: redis_sentinel.master_name: required")
+	case len(sc.Addrs) == 0:
+		return errors.New("config: redis_sentinel.addrs: required (the sentinels' host:port)")
+	}
+	return nil
 }
 
 type upstreamConfig struct {

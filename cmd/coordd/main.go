@@ -159,7 +159,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	grpcServer.Store(g)
 	mode := "single-node (no redis configured)"
-	if rdb != nil {
+	switch {
+	case fc.RedisSentinel != nil:
+		mode = "redis sentinel"
+	case len(fc.RedisCluster) > 0:
+		mode = "redis cluster"
+	case rdb != nil:
 		mode = "redis"
 	}
 	log.Info("coordd serving", "addr", lis.Addr().String(), "mode", mode)
@@ -199,9 +204,20 @@ func checkCoordinatorConfig(cfg coordinator.Config, rdb redis.UniversalClient, s
 }
 
 func redisClient(fc fileConfig) (redis.UniversalClient, error) {
+	if err := fc.validateRedis(); err != nil {
+		return nil, err
+	}
 	timeout := fc.RedisTimeout
 	if timeout == 0 {
 		timeout = 500 * time.Millisecond
+	}
+	if sc := fc.RedisSentinel; sc != nil {
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: sc.MasterName, SentinelAddrs: sc.Addrs,
+			Password: sc.Password, SentinelPassword: sc.SentinelPassword,
+			DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+			ContextTimeoutEnabled: true,
+		}), nil
 	}
 	if len(fc.RedisCluster) > 0 {
 		o := &redis.ClusterOptions{

@@ -75,6 +75,10 @@ func TestBadConfigNamesField(t *testing.T) {
 		{"negative grace", "shutdown_grace: -1s\n", "shutdown_grace", nil},
 		{"negative redis timeout", "redis_timeout: -1s\n", "redis_timeout", nil},
 		{"tiny lock ttl", "lock_ttl: 1ms\n", "lock_ttl", nil},
+		{"sentinel without master name", "redis_sentinel:\n  addrs: [\"127.0.0.1:26379\"]\n", "redis_sentinel.master_name", nil},
+		{"sentinel without addrs", "redis_sentinel:\n  master_name: mymaster\n", "redis_sentinel.addrs", nil},
+		{"sentinel and redis", "redis_sentinel:\n  master_name: mymaster\n  addrs: [\"127.0.0.1:26379\"]\n", "redis_sentinel", []string{"--redis", "redis://127.0.0.1:6379/0"}},
+		{"sentinel typo", "redis_sentinel:\n  mastername: mymaster\n", "mastername", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,5 +205,64 @@ func TestRedisClusterConfig(t *testing.T) {
 	n, err := rc.Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
 	if err != nil || n != 1 {
 		t.Fatalf("document not in the cluster: %d, %v", n, err)
+	}
+}
+
+// TestRedisSentinelConfig runs coordd on a Sentinel-managed master from
+// its YAML: the document lands in the master the sentinels name.
+func TestRedisSentinelConfig(t *testing.T) {
+	s := redistest.StartSentinel(t, 0, 1)
+	up := fakeupstream.New(t)
+	addr := freeAddr(t)
+	path := t.TempDir() + "/coordd.yaml"
+	yaml := "listen: " + addr + "\nredis_sentinel:\n  master_name: " + s.MasterName() +
+		"\n  addrs: [\"" + strings.Join(s.Addrs(), "\", \"") + "\"]\ndrain_delay: 1ms\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var runErr error
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		runErr = run(ctx, []string{"--config", path}, os.Stderr)
+	}()
+	defer func() {
+		cancel()
+		<-exited
+		if runErr != nil {
+			t.Errorf("run: %v", runErr)
+		}
+	}()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("run ended before serving: %v", runErr)
+		default:
+		}
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: "coordd.v1.CoordinatorService/redis"}, grpc.WaitForReady(true))
+		ccancel()
+		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d, err := coorddtest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Meta.GetSource(); got != coorddv1.Source_SOURCE_UPSTREAM {
+		t.Fatalf("source = %v; want UPSTREAM", got)
+	}
+	n, err := s.Master(t).Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
+	if err != nil || n != 1 {
+		t.Fatalf("document not in the master: %d, %v", n, err)
 	}
 }

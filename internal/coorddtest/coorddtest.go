@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -28,11 +29,12 @@ type Instance struct {
 	Addr        string
 	Coordinator *coordinator.Coordinator
 	GRPC        *server.GRPC
-	Redis       *redis.Client // nil in single-node mode
+	Redis       *redis.Client // from Options.RedisURL; nil otherwise
 	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
 	// with Options.Metrics; else empty.
 	MetricsURL string
 
+	rdb      redis.UniversalClient // the client in use, closed by Stop and Crash; nil in single-node mode
 	stopOnce sync.Once
 }
 
@@ -40,6 +42,9 @@ type Instance struct {
 type Options struct {
 	// RedisURL is the shared Redis; empty: single-node mode.
 	RedisURL string
+	// RedisClient, when set, is used instead of RedisURL: a Redis Cluster
+	// or Sentinel (failover) client the test built. Stop and Crash close it.
+	RedisClient redis.UniversalClient
 	// Config is the coordinator's configuration; Logger defaults to one
 	// that logs errors only to stderr.
 	Config coordinator.Config
@@ -55,6 +60,9 @@ type Options struct {
 	// Metrics serves the instance's metrics on a free port on 127.0.0.1
 	// (Instance.MetricsURL), as coordd's metrics_listen does.
 	Metrics bool
+	// Transport performs the instance's upstream requests (for tests that
+	// count them per instance). Default: the coordinator's own.
+	Transport http.RoundTripper
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -65,7 +73,7 @@ func Start(t testing.TB, o Options) *Instance {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	var rdb *redis.Client
-	if o.RedisURL != "" {
+	if o.RedisURL != "" && o.RedisClient == nil {
 		opt, err := redis.ParseURL(o.RedisURL)
 		if err != nil {
 			t.Fatalf("coorddtest: redis url: %v", err)
@@ -79,17 +87,23 @@ func Start(t testing.TB, o Options) *Instance {
 		rdb = redis.NewClient(opt)
 	}
 	in := &Instance{Redis: rdb}
+	if rdb != nil {
+		in.rdb = rdb
+	}
+	if o.RedisClient != nil {
+		in.rdb = o.RedisClient
+	}
 	var g *server.GRPC
 	var mu sync.Mutex
-	opts := coordinator.Options{OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Transport: o.Transport, OnRedisHealth: func(up bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if g != nil {
 			g.SetRedisHealth(up)
 		}
 	}}
-	if rdb != nil {
-		opts.Redis = rdb
+	if in.rdb != nil {
+		opts.Redis = in.rdb
 	}
 	var reg *metrics.Registry
 	var grpcOpts []grpc.ServerOption
@@ -136,8 +150,8 @@ func (in *Instance) Stop() {
 	in.stopOnce.Do(func() {
 		in.GRPC.Drain(0, 2*time.Second)
 		in.Coordinator.Close()
-		if in.Redis != nil {
-			in.Redis.Close()
+		if in.rdb != nil {
+			in.rdb.Close()
 		}
 	})
 }
@@ -148,8 +162,8 @@ func (in *Instance) Stop() {
 func (in *Instance) Crash() {
 	in.stopOnce.Do(func() {
 		in.GRPC.Stop()
-		if in.Redis != nil {
-			in.Redis.Close() // its lock watchdog can no longer extend the lease
+		if in.rdb != nil {
+			in.rdb.Close() // its lock watchdog can no longer extend the lease
 		}
 	})
 }

@@ -50,8 +50,9 @@ var errAddrInUse = errors.New("redistest: address already in use")
 type Option func(*config)
 
 type config struct {
-	args    []string
-	cluster bool // run with --cluster-enabled yes on a second free port for the bus
+	args     []string
+	cluster  bool   // run with --cluster-enabled yes on a second free port for the bus
+	sentinel string // run as a Sentinel with this configuration file
 }
 
 // WithArgs appends command-line arguments to redis-server, after the ones
@@ -158,6 +159,10 @@ func Start(t TB, opts ...Option) *Server {
 				"--cluster-config-file", "nodes.conf",
 				"--cluster-node-timeout", "5000",
 			)
+		}
+		if cfg.sentinel != "" {
+			// The configuration file must come first; Sentinel rewrites it.
+			s.args = append([]string{cfg.sentinel, "--sentinel"}, s.args...)
 		}
 		s.args = append(s.args, cfg.args...)
 		s.mu.Lock()

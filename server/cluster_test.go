@@ -1,0 +1,305 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+// clusterStat returns field of node's CLUSTER INFO; Redis leaves out a
+// message counter that is still 0, so absent reads as 0.
+func clusterStat(t *testing.T, rdb *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := rdb.ClusterInfo(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER INFO: %v", err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("CLUSTER INFO %s = %q", field, v)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// TestRedisClusterShardedPubSub: three coordd instances on a 3-master Redis
+// Cluster, bursting on many cold keys spread over the slots, make one
+// upstream request per key, every follower woken by a push; and the events
+// travel as sharded pub/sub, each to one node, never broadcast over the
+// cluster bus as plain PUBLISH is.
+func TestRedisClusterShardedPubSub(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	up := fakeupstream.New(t)
+	var ins []*coorddtest.Instance
+	var clients []coorddv1.CoordinatorServiceClient
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}},
+		})
+		ins = append(ins, in)
+		clients = append(clients, in.Dial(t))
+	}
+	nodes := make([]*redis.Client, rc.Len())
+	for i := range nodes {
+		nodes[i] = rc.Node(i).Client(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const keys, perInstance = 48, 3
+	paths := make([]string, keys)
+	release := make(chan struct{})
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/doc/%d", i)
+		up.Set(paths[i], fakeupstream.Behavior{Block: release})
+	}
+	// Hold every answer until each key's leader is fetching and its
+	// followers had time to join (nothing signals that a gRPC caller is
+	// waiting).
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, keys*perInstance*len(ins))
+	for _, p := range paths {
+		for k := range ins {
+			for range perInstance {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := coorddtest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: up.URL() + p})
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("%s via instance %d: %w", p, k, err)
+					case !bytes.Equal(d.Body, up.Body(p)):
+						errs <- fmt.Errorf("%s via instance %d: body differs", p, k)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	for i, in := range ins {
+		if n := in.Coordinator.TimerWakeups(); n != 0 {
+			t.Errorf("instance %d: %d followers woken by the lease timer; want every wakeup pushed", i, n)
+		}
+	}
+
+	// An invalidation reaches every instance's L1 the same way.
+	target := up.URL() + paths[0]
+	if _, err := clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: target}); err != nil {
+		t.Fatalf("Invalidate: %v", err)
+	}
+	for k := 1; k < len(ins); k++ {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			d, err := coorddtest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: target})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if src := d.Meta.GetSource(); src != coorddv1.Source_SOURCE_L1 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("instance %d: source = %v 5s after Invalidate; want the copy dropped from L1", k, src)
+			}
+		}
+	}
+
+	// No event crossed the cluster bus as a broadcast, and none travelled
+	// on a plain channel; the shard channels live on their slots' nodes,
+	// each with one subscriber per instance.
+	var shardChannels []string
+	for i, n := range nodes {
+		if got := clusterStat(t, n, "cluster_stats_messages_publish_sent"); got != 0 {
+			t.Errorf("node %d: cluster_stats_messages_publish_sent = %d; want 0 (no PUBLISH broadcast)", i, got)
+		}
+		if got, err := n.PubSubChannels(ctx, "*").Result(); err != nil || len(got) != 0 {
+			t.Errorf("node %d: PUBSUB CHANNELS = %v, %v; want none", i, got, err)
+		}
+		chs, err := n.PubSubShardChannels(ctx, "*").Result()
+		if err != nil {
+			t.Fatalf("node %d: PUBSUB SHARDCHANNELS: %v", i, err)
+		}
+		if len(chs) == 0 {
+			t.Errorf("node %d: no shard channel; want the events spread over every node", i)
+		}
+		for _, ch := range chs {
+			subs, err := n.PubSubShardNumSub(ctx, ch).Result()
+			if err != nil || subs[ch] != int64(len(ins)) {
+				t.Errorf("node %d: PUBSUB SHARDNUMSUB %s = %v, %v; want %d", i, ch, subs, err, len(ins))
+			}
+		}
+		shardChannels = append(shardChannels, chs...)
+	}
+	if got, want := len(shardChannels), 16; got != want {
+		t.Errorf("shard channels = %d (%v); want %d", got, shardChannels, want)
+	}
+	slices.Sort(shardChannels)
+	t.Logf("%d keys x %d callers on 3 instances: 1 upstream request per key; shard channels %v", keys, perInstance*len(ins), shardChannels)
+}
+
+// TestRedisClusterSubscriptionCut: cutting the shard channel subscriptions
+// of one node (CLIENT KILL TYPE pubsub) while followers wait loses no
+// wakeup and degrades nothing: the hub subscribes again, the waiters of
+// those channels re-check, and every follower is still pushed its result.
+func TestRedisClusterSubscriptionCut(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
+		})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	paths := keyPaths("/cut", 24)
+	release := make(chan struct{})
+	for _, p := range paths {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	node := rc.Node(1).Client(t)
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+		n, err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
+		if err != nil || n == 0 {
+			t.Errorf("CLIENT KILL TYPE pubsub on node 1 = %d, %v; want the instances' subscriptions cut", n, err)
+		}
+		time.Sleep(100 * time.Millisecond) // the hubs subscribe again; nothing signals it
+	}()
+	for _, err := range fl.burst(ctx, paths, 3) {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	for i, in := range fl.instances {
+		if !in.Coordinator.RedisHealthy() {
+			t.Errorf("instance %d degraded by a cut subscription", i)
+		}
+	}
+	if n := fl.timerWakeups(); n != 0 {
+		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", n)
+	}
+}
+
+// TestRedisClusterShardChannelSlotMoves: when the slot of a shard channel
+// moves to another node, that node's subscribers are dropped
+// (sunsubscribe); every hub subscribes again on the new owner, and a burst
+// is still coordinated through pushes.
+func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
+	rc := redistest.StartCluster(t, 3)
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
+		})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const channel = "coordd:events:{s5.3}" // slot 5157: node 0's, of 0-5460
+	from, to := rc.Node(0).Client(t), rc.Node(1).Client(t)
+	slot, err := from.ClusterKeySlot(ctx, channel).Result()
+	if err != nil || slot != 5157 {
+		t.Fatalf("CLUSTER KEYSLOT %s = %d, %v; want 5157", channel, slot, err)
+	}
+	waitSubs := func(rdb *redis.Client, want int64) {
+		t.Helper()
+		waitFor(t, 10*time.Second, func() bool {
+			subs, err := rdb.PubSubShardNumSub(ctx, channel).Result()
+			return err == nil && subs[channel] == want
+		})
+	}
+	waitSubs(from, 3)
+	ids := make([]string, rc.Len())
+	for i := range ids {
+		if ids[i], err = rc.Node(i).Client(t).ClusterMyID(ctx).Result(); err != nil {
+			t.Fatalf("CLUSTER MYID: %v", err)
+		}
+	}
+	// No key lives in the slot yet, so the move needs no MIGRATE.
+	steps := []struct {
+		rdb  *redis.Client
+		args []any
+	}{
+		{to, []any{"CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0]}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1]}},
+		{to, []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+		{from, []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+		{rc.Node(2).Client(t), []any{"CLUSTER", "SETSLOT", slot, "NODE", ids[1]}},
+	}
+	for _, s := range steps {
+		if err := s.rdb.Do(ctx, s.args...).Err(); err != nil {
+			t.Fatalf("%v: %v", s.args, err)
+		}
+	}
+	begin := time.Now()
+	waitSubs(to, 3)
+	t.Logf("every hub subscribed on the slot's new owner %v after the move", time.Since(begin).Round(time.Millisecond))
+
+	paths := keyPaths("/moved", 48)
+	release := make(chan struct{})
+	for _, p := range paths {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+	}()
+	for _, err := range fl.burst(ctx, paths, 2) {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	if n := fl.timerWakeups(); n != 0 {
+		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", n)
+	}
+}

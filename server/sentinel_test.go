@@ -1,0 +1,226 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+)
+
+// countingTransport counts one instance's upstream requests per path.
+type countingTransport struct {
+	mu sync.Mutex // protects n
+	n  map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[r.URL.Path]++
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *countingTransport) count(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
+}
+
+// fleet is coordd instances, each with its own Redis client and counted
+// upstream requests, in front of one fake upstream.
+type fleet struct {
+	up        *fakeupstream.Upstream
+	instances []*coorddtest.Instance
+	clients   []coorddv1.CoordinatorServiceClient
+	fetches   []*countingTransport
+}
+
+// burst calls GetOrFetch perInstance times for each path on every
+// instance, all at once, and returns every failure: an error, or a body
+// other than the upstream's.
+func (fl *fleet) burst(ctx context.Context, paths []string, perInstance int) []error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(paths)*perInstance*len(fl.clients))
+	for _, p := range paths {
+		for k, c := range fl.clients {
+			for range perInstance {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + p})
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("%s via instance %d: %w", p, k, err)
+					case !bytes.Equal(d.Body, fl.up.Body(p)):
+						errs <- fmt.Errorf("%s via instance %d: body differs", p, k)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}
+
+func (fl *fleet) timerWakeups() (n int64) {
+	for _, in := range fl.instances {
+		n += in.Coordinator.TimerWakeups()
+	}
+	return n
+}
+
+func keyPaths(prefix string, n int) []string {
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("%s/%d", prefix, i)
+	}
+	return paths
+}
+
+// TestSentinelFailover: three coordd instances on a Sentinel-managed
+// master and replica, callers bursting on cold keys. The master is killed
+// (SIGKILL) while leaders are fetching, and the bursts go on while the
+// sentinels promote the replica: every caller is answered, each instance
+// fetches a key at most once meanwhile, and once every instance is back on
+// the new master a cold key is fetched exactly once across them, every
+// follower woken by a push.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinel(t, 1, 3)
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		tr := &countingTransport{n: make(map[string]int)}
+		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}}
+		fastRedis(&cfg)
+		countPerCall(&cfg)
+		rdb := s.Client(t, func(o *redis.FailoverOptions) {
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
+			o.ContextTimeoutEnabled = true
+		})
+		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+		fl.fetches = append(fl.fetches, tr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Coordinated before: one fetch per key.
+	before := keyPaths("/before", 8)
+	for _, err := range fl.burst(ctx, before, 2) {
+		t.Error(err)
+	}
+	for _, p := range before {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("before the failover: %s: upstream requests = %d; want 1", p, got)
+		}
+	}
+
+	// The leaders of these keys are fetching, their followers waiting on
+	// them through Redis, when the master dies.
+	held := keyPaths("/held", 8)
+	release := make(chan struct{})
+	for _, p := range held {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	heldErrs := make(chan []error, 1)
+	go func() { heldErrs <- fl.burst(ctx, held, 3) }()
+	for _, p := range held {
+		if err := fl.up.WaitCount(ctx, p, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the followers join; nothing signals a waiting gRPC caller
+	old := s.Master(t)
+	old.Kill()
+	close(release)
+
+	// Waves of cold keys while the sentinels fail over, and until every
+	// instance is back on Redis.
+	var during []string
+	stop := make(chan struct{})
+	waves := make(chan []error, 1)
+	go func() {
+		var errs []error
+		for w := 0; ; w++ {
+			select {
+			case <-stop:
+				waves <- errs
+				return
+			default:
+			}
+			paths := keyPaths(fmt.Sprintf("/wave%d", w), 4)
+			during = append(during, paths...)
+			errs = append(errs, fl.burst(ctx, paths, 2)...)
+		}
+	}()
+	begin := time.Now()
+	nu := s.WaitFailover(t, old)
+	failover := time.Since(begin)
+	waitFor(t, 10*time.Second, func() bool {
+		for _, in := range fl.instances {
+			if !in.Coordinator.RedisHealthy() {
+				return false
+			}
+		}
+		return true
+	})
+	recovered := time.Since(begin)
+	close(stop)
+	for _, err := range append(<-heldErrs, <-waves...) {
+		t.Error(err)
+	}
+	for _, p := range append(held, during...) {
+		for k, tr := range fl.fetches {
+			if got := tr.count(p); got > 1 {
+				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
+			}
+		}
+	}
+	if nu == old {
+		t.Fatalf("the sentinels kept the killed master")
+	}
+
+	// Settled: coordinated again, through pushes.
+	wakeups := fl.timerWakeups()
+	after := keyPaths("/after", 16)
+	release = make(chan struct{})
+	for _, p := range after {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	go func() {
+		defer close(release)
+		for _, p := range after {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+	}()
+	for _, err := range fl.burst(ctx, after, 3) {
+		t.Error(err)
+	}
+	for _, p := range after {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("after the failover: %s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	if got := fl.timerWakeups() - wakeups; got != 0 {
+		t.Errorf("after the failover: %d followers woken by the lease timer; want every wakeup pushed", got)
+	}
+	t.Logf("master killed: sentinels failed over in %v, every instance back on Redis after %v; %d cold keys during it, each fetched at most once per instance",
+		failover.Round(time.Millisecond), recovered.Round(time.Millisecond), len(held)+len(during))
+}
