@@ -48,7 +48,7 @@ type Coordinator struct {
 
 // Options are the optional dependencies of New.
 type Options struct {
-	// Redis is the shared L2, lock and notification store: a *redis.Client
+	// Redis is the shared L2, lock and notification store: a *redis.Client,
 	// *redis.ClusterClient (sharded pub/sub), or a failover client
 	// (Sentinel). Nil: single-node mode.
 	Redis redis.UniversalClient
