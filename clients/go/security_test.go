@@ -34,9 +34,9 @@ func startSecure(t *testing.T, up *fakeupstream.Upstream, ca *testpki.CA, client
 		cfg.ClientCAs, cfg.ClientAuth = clientCA.Pool(), tls.RequireAndVerifyClientCert
 	}
 	return coorddtest.Start(t, coorddtest.Options{
-		Config: upstreamConfig(up),
+		Config:        upstreamConfig(up),
 		ServerOptions: []server.Option{server.WithAuth(a)},
-		GRPC:   []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))},
+		GRPC:          []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))},
 	})
 }
 

@@ -29,7 +29,7 @@ func TestCoorddTokenAndTLS(t *testing.T) {
 	}
 	f := newFakeMDN(t)
 	in := coorddtest.Start(t, coorddtest.Options{
-		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: f.srv.URL}}},
+		Config:        coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: f.srv.URL}}},
 		ServerOptions: []server.Option{server.WithAuth(a)},
 		GRPC: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{
 			Certificates: []tls.Certificate{ca.Server(t, "coordd").TLS},
