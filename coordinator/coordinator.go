@@ -529,15 +529,18 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		if err == nil {
 			res := &Result{Doc: d, Source: SourceUpstream}
 			enc := d.encode() // once, for L1 and L2
-			if cache {
-				c.setL1(f, d, enc)
-			} else {
-				// The url turned uncacheable: its old copy must not be
-				// served any longer, here or (landRemote) from L2.
+			if !cache {
+				// Never cached: its old copy must not be served any longer,
+				// here or (landRemote) from L2. The lock goes before the
+				// callers are answered, so that a call made after the
+				// answer fetches anew instead of following this flight.
 				c.l1.Delete(t.id)
+				c.landRemote(f, l, d, enc, cache)
+				return res, nil
 			}
+			c.setL1(f, d, enc)
 			c.leave(f)
-			f.finish(res, nil) // this instance's callers first
+			f.finish(res, nil) // this instance's callers first, then the others
 			c.landRemote(f, l, d, enc, cache)
 			return res, nil
 		}
