@@ -33,6 +33,7 @@ type fileConfig struct {
 	RedisRetryInterval time.Duration    `yaml:"redis_retry_interval"`
 	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
 	RefreshCooldown    time.Duration    `yaml:"refresh_cooldown"`
+	InlineMaxBytes     int              `yaml:"inline_max_bytes"`
 	Upstreams          []upstreamConfig `yaml:"upstreams"`
 
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
@@ -149,6 +150,7 @@ func (fc *fileConfig) coordinatorConfig() (coordinator.Config, error) {
 		RedisRetryInterval: fc.RedisRetryInterval,
 		MaxAgeFloor:        fc.MaxAgeFloor,
 		RefreshCooldown:    fc.RefreshCooldown,
+		InlineMaxBytes:     fc.InlineMaxBytes,
 	}
 	for i, u := range fc.Upstreams {
 		p, err := u.protectionConfig.protection()
