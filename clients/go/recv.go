@@ -80,33 +80,31 @@ func chunkData(raw mem.BufferSlice) (off, n int, ok bool) {
 	h := head[:prefix(head[:], raw)]
 	total := raw.Len()
 
-	num, typ, l := protowire.ConsumeTag(h)
-	if l < 0 || num != responseChunkField || typ != protowire.BytesType {
+	off, outer := lenField(h, 0, responseChunkField)
+	if off < 0 || outer != uint64(total-off) {
 		return 0, 0, false
 	}
-	off += l
-	outer, l := protowire.ConsumeVarint(h[off:])
-	if l < 0 {
-		return 0, 0, false
-	}
-	off += l
-	if outer != uint64(total-off) {
-		return 0, 0, false
-	}
-	num, typ, l = protowire.ConsumeTag(h[off:])
-	if l < 0 || num != chunkDataField || typ != protowire.BytesType {
-		return 0, 0, false
-	}
-	off += l
-	inner, l := protowire.ConsumeVarint(h[off:])
-	if l < 0 {
-		return 0, 0, false
-	}
-	off += l
-	if inner != uint64(total-off) {
+	off, inner := lenField(h, off, chunkDataField)
+	if off < 0 || inner != uint64(total-off) {
 		return 0, 0, false
 	}
 	return off, int(inner), true
+}
+
+// lenField reads, at h[off:], the tag of a length-delimited field num and
+// its length; it returns the offset past them and the length, or -1 if
+// they are not there.
+func lenField(h []byte, off int, num protowire.Number) (int, uint64) {
+	n, typ, l := protowire.ConsumeTag(h[off:])
+	if l < 0 || n != num || typ != protowire.BytesType {
+		return -1, 0
+	}
+	off += l
+	v, l := protowire.ConsumeVarint(h[off:])
+	if l < 0 {
+		return -1, 0
+	}
+	return off + l, v
 }
 
 // prefix copies the first bytes of data into dst, as many as fit, and
