@@ -232,3 +232,28 @@ func TestDrainDelayConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestSIGINTSkipsDrainDelay: Ctrl-C at a terminal stops coordd without the
+// drain delay (here an hour), which only a balancer needs; the in-flight
+// calls are still let finish.
+func TestSIGINTSkipsDrainDelay(t *testing.T) {
+	serving := make(chan struct{})
+	child, exited := startChild(t, map[string]chan struct{}{"coordd serving": serving},
+		"--listen", freeAddr(t), "--drain-delay", "1h")
+	select {
+	case <-serving:
+	case err := <-exited:
+		t.Fatalf("coordd exited before serving: %v", err)
+	}
+	if err := child.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("coordd after SIGINT: %v; want a clean exit", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("coordd still running a minute after SIGINT: it waited out the drain delay")
+	}
+}

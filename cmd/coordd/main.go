@@ -38,9 +38,28 @@ func main() {
 	}
 }
 
-// signalContext ends at the first SIGINT or SIGTERM, which start the drain.
+// errInterrupted is the cause of run's context when coordd was stopped by
+// SIGINT (Ctrl-C): someone at a terminal, not a balancer to wait for.
+var errInterrupted = errors.New("interrupted")
+
+// signalContext ends at the first SIGINT or SIGTERM, which start the
+// drain; SIGINT with errInterrupted as its cause. A second signal kills.
 func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-ch:
+			signal.Stop(ch)
+			if s == os.Interrupt {
+				cancel(errInterrupted)
+			}
+			cancel(context.Canceled)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(context.Canceled) }
 }
 
 type stringList []string
@@ -169,11 +188,16 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	log.Info("coordd serving", "addr", lis.Addr().String(), "mode", mode)
 
+	stopCtx := ctx
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
 	eg.Go(func() error {
 		<-ctx.Done()
-		g.Drain(fc.DrainDelay, fc.ShutdownGrace)
+		delay := fc.DrainDelay
+		if errors.Is(context.Cause(stopCtx), errInterrupted) {
+			delay = 0 // Ctrl-C: no balancer needs to see NOT_SERVING first
+		}
+		g.Drain(delay, fc.ShutdownGrace)
 		return nil
 	})
 	err = eg.Wait()
