@@ -155,3 +155,74 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	t.Fatalf("%d goroutines after Close; %d before New:\n%s", n, base, buf[:runtime.Stack(buf, true)])
 }
+
+// TestRecoveryNotLostWhenRedisFailsWhileRecovering: Redis fails again at
+// the very moment the instance marks it up (inside the health callback).
+// The failure must not be lost: once Redis is back, the instance
+// coordinates again, rather than staying degraded for good while Redis
+// answers PING.
+func TestRecoveryNotLostWhenRedisFailsWhileRecovering(t *testing.T) {
+	rs := redistest.Start(t)
+	up := fakeupstream.New(t)
+	rdb := rs.Client(t, func(o *redis.Options) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+		o.ContextTimeoutEnabled = true
+	})
+	var (
+		armed  sync.Once
+		arm    = make(chan struct{})
+		c      *coordinator.Coordinator
+		target coordinator.Target
+	)
+	onHealth := func(healthy bool) {
+		if !healthy {
+			return
+		}
+		select {
+		case <-arm:
+		default:
+			return
+		}
+		armed.Do(func() {
+			// Marked up: Redis dies again at once, and a call notices.
+			rs.Kill()
+			_, _ = c.Invalidate(context.Background(), target)
+			rs.Restart()
+		})
+	}
+	var err error
+	c, err = coordinator.New(coordinator.Config{
+		Upstreams:          []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}},
+		RedisTimeout:       200 * time.Millisecond,
+		RedisRetryInterval: 50 * time.Millisecond,
+	}, coordinator.Options{Redis: rdb, OnRedisHealth: onHealth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if target, err = c.Resolve(up.URL()+"/doc", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, c.RedisHealthy)
+	rs.Kill()
+	_, _ = c.Invalidate(context.Background(), target) // notices Redis down
+	waitUntil(t, func() bool { return !c.RedisHealthy() })
+	close(arm)
+	rs.Restart()
+	// Coordinated through Redis again (the first call may still meet a
+	// connection from before the restart).
+	waitUntil(t, func() bool {
+		_, err := c.Invalidate(context.Background(), target)
+		return err == nil && c.RedisHealthy()
+	})
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
