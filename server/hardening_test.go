@@ -83,6 +83,9 @@ type replyHolder struct {
 	armed  atomic.Bool
 	hold   chan struct{} // closed to let held replies through
 	addr   string
+	// freeze holds back every reply on every connection while set: Redis
+	// looks frozen to this client only.
+	freeze atomic.Bool
 }
 
 func startReplyHolder(t *testing.T, target string, match ...string) *replyHolder {
@@ -141,6 +144,9 @@ func (p *replyHolder) pipe(c net.Conn) {
 		}
 		if holding.Load() {
 			<-p.hold
+		}
+		for p.freeze.Load() {
+			time.Sleep(5 * time.Millisecond)
 		}
 		if _, err := c.Write(buf[:n]); err != nil {
 			return
@@ -624,5 +630,70 @@ func TestSmallDocumentsHandedOffInline(t *testing.T) {
 				t.Fatalf("GET calls after the answer: %d; want %d\n%s", gets, tt.wantGets, stats)
 			}
 		})
+	}
+}
+
+// TestDegradedLeaderNeverWritesUnannounced: an instance that found Redis
+// down leads in-process; Redis comes back before its fetch lands. Whatever
+// it then stores in L2 is announced: followers elsewhere never miss a
+// document sitting in L2 (the old leader wrote it and published nothing).
+func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
+	rs := redistest.Start(t)
+	up := fakeupstream.New(t)
+	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
+	fastRedis(&cfg)
+	proxy := startReplyHolder(t, rs.Addr())
+	a := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	ca, cb := a.Dial(t), b.Dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const path = "/degraded-leader"
+	url := up.URL() + path
+	relA, relB := make(chan struct{}), make(chan struct{})
+	defer close(relB)
+	up.SetSequence(path, []fakeupstream.Behavior{{Block: relA}, {Block: relB}})
+	rdb := rs.Client(t)
+	sub := rdb.Subscribe(ctx, "coordd:events")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // subscribed
+		t.Fatal(err)
+	}
+	var doneSeen atomic.Bool
+	go func() {
+		for m := range sub.Channel() {
+			if strings.Contains(m.Payload, `"t":"done"`) && strings.Contains(m.Payload, path) {
+				doneSeen.Store(true)
+			}
+		}
+	}()
+
+	proxy.freeze.Store(true) // instance a finds Redis down and leads in-process
+	resA := make(chan error, 1)
+	go func() {
+		_, err := coorddtest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: url})
+		resA <- err
+	}()
+	if err := up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = coorddtest.Get(ctx, cb, &coorddv1.GetOrFetchRequest{Url: url}) }() // b leads through Redis
+	if err := up.WaitCount(ctx, path, 2); err != nil {
+		t.Fatal(err)
+	}
+	proxy.freeze.Store(false) // Redis is back for a before its fetch lands
+	waitFor(t, 10*time.Second, a.Coordinator.RedisHealthy)
+	close(relA)
+	if err := <-resA; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return a.Coordinator.Flights() == 0 })
+	time.Sleep(100 * time.Millisecond) // an event in flight arrives
+	n, err := rdb.Exists(ctx, "coordd:{"+url+"}:doc").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 1 && !doneSeen.Load() {
+		t.Fatal("the degraded leader wrote L2 and announced nothing")
 	}
 }
