@@ -363,7 +363,7 @@ func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, cl.instances[0].Coordinator.RedisHealthy) // the refresh below reads L2
-	clk.Advance(2 * time.Minute) // v2 stale too; the next refresh fails
+	clk.Advance(2 * time.Minute)                                         // v2 stale too; the next refresh fails
 	if d := get(); !bytes.Equal(d.Body, v2) {
 		t.Fatalf("got %q; want v2", d.Body)
 	}
