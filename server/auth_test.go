@@ -198,8 +198,14 @@ func TestTenantsSeparate(t *testing.T) {
 			if got := env.up.Count(path); got != 2 {
 				t.Fatalf("upstream requests after b's reads = %d; want 2", got)
 			}
-			// a's copy is gone from both instances.
-			d, err := coorddtest.Get(ctx, a1, req)
+			// a's copy is gone from both instances: instance 1 drops its L1
+			// copy when the invalidation's event reaches it.
+			var d *coorddtest.Doc
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if d, err = coorddtest.Get(ctx, a1, req); err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_L1 || time.Now().After(deadline) {
+					break
+				}
+			}
 			if err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
 				t.Fatalf("a after its Invalidate: %v, source %v; want UPSTREAM", err, d.GetMeta().GetSource())
 			}
