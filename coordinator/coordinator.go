@@ -624,15 +624,17 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 	if len(enc) <= c.cfg.InlineMaxBytes {
 		ev.Doc = enc
 	}
+	payload := ev.encode()
+	channel, msg := r.scriptPublish(payload)
 	var landed int64
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
-	err := r.always(ctx, len(enc), func(ctx context.Context) (err error) {
+	err := r.always(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
 		landed, err = landScript.Run(ctx, r.rdb,
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
-			token, f.gen, enc, ttl.Milliseconds(), r.scriptChannel(), ev.encode()).Int64()
+			token, f.gen, enc, ttl.Milliseconds(), channel, msg).Int64()
 		if err == nil && landed == 1 {
-			err = r.announce(ctx, ev)
+			err = r.announce(ctx, id, payload)
 		}
 		return err
 	})
@@ -659,11 +661,13 @@ func (c *Coordinator) handOff(l *lease, ev event) {
 	r := c.rl
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
+	payload := ev.encode()
+	channel, msg := r.scriptPublish(payload)
 	_ = r.always(ctx, 0, func(ctx context.Context) error {
-		if err := handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, r.scriptChannel(), ev.encode()).Err(); err != nil {
+		if err := handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
 			return err
 		}
-		return r.announce(ctx, ev)
+		return r.announce(ctx, ev.Key, payload)
 	})
 }
 
@@ -697,12 +701,13 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 		return false, nil
 	}
 	var existed int64
-	ev := event{Type: evInval, Key: t.id}
+	payload := event{Type: evInval, Key: t.id}.encode()
+	channel, msg := r.scriptPublish(payload)
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		existed, err = invalidateScript.Run(ctx, r.rdb, []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
-			r.scriptChannel(), ev.encode(), c.genTTL.Milliseconds()).Int64()
+			channel, msg, c.genTTL.Milliseconds()).Int64()
 		if err == nil {
-			err = r.announce(ctx, ev)
+			err = r.announce(ctx, t.id, payload)
 		}
 		return err
 	})

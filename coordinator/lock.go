@@ -21,9 +21,6 @@ var (
 	lockScript = redis.NewScript(`
 if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1]} end
 return {0, redis.call("get", KEYS[1]) or ""}`)
-	// releaseScript deletes the lock only if it still holds our token, so a
-	// holder whose lease expired never deletes a successor's lock.
-	releaseScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
 	// extendScript renews the lease only if it still holds our token.
 	extendScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`)
 	// landScript stores a fetched document (KEYS[1]: the document key, or
@@ -67,9 +64,9 @@ return existed`)
 // lease is a fill lock this instance holds, or may hold: when the reply
 // to the lock request was lost, the lease is kept (uncertain) so that its
 // token can still land, release and publish for the followers that wait
-// on it. A watchdog extends it every ttl/3 until release. A nil *lease is
-// valid and means "in-process only" (single-node mode); its methods do
-// nothing.
+// on it. A watchdog extends it every ttl/3 until stopWatchdog; landScript
+// or handOffScript then deletes the lock. A nil *lease means "in-process
+// only" (single-node mode, or Redis down when the lock was asked for).
 type lease struct {
 	r     *redisLayer
 	id    string
@@ -156,20 +153,5 @@ func (l *lease) stopWatchdog() {
 	l.once.Do(func() {
 		close(l.stop)
 		<-l.done
-	})
-}
-
-// release stops the watchdog and deletes the lock if it is still ours,
-// whatever the health state (bounded by the Redis timeout).
-func (l *lease) release() {
-	if l == nil {
-		return
-	}
-	l.stopWatchdog()
-	// A fresh context: release must happen even while shutting down.
-	ctx, cancel := context.WithTimeout(context.Background(), l.r.timeout)
-	defer cancel()
-	_ = l.r.always(ctx, 0, func(ctx context.Context) error {
-		return releaseScript.Run(ctx, l.r.rdb, []string{l.lockKey()}, l.token).Err()
 	})
 }

@@ -57,7 +57,7 @@ func decodeEvent(payload string) (event, bool) {
 		return event{}, false
 	}
 	if doc != "" {
-		ev.Doc = []byte(doc)
+		ev.Doc = bytesOf(doc)
 	}
 	return ev, true
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -80,15 +81,10 @@ func (r *redisLayer) timeoutFor(size int) time.Duration {
 
 // op runs fn on the request path: it fails fast while Redis is down.
 func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error) error {
-	return r.opSized(ctx, 0, fn)
-}
-
-// opSized is op for an operation moving size bytes.
-func (r *redisLayer) opSized(ctx context.Context, size int, fn func(ctx context.Context) error) error {
 	if !r.up.Load() {
 		return ErrRedisUnavailable
 	}
-	return r.always(ctx, size, fn)
+	return r.always(ctx, 0, fn)
 }
 
 // always runs fn with a timeout scaled to size, whatever the health state:
@@ -182,7 +178,7 @@ func (r *redisLayer) watch(ctx context.Context) {
 
 // scripts lists every Lua script the coordinator runs.
 func scripts() []*redis.Script {
-	return []*redis.Script{lockScript, releaseScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
+	return []*redis.Script{lockScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
 }
 
 // warm prepares Redis for the first burst: the scripts loaded (so that no
@@ -239,7 +235,7 @@ func (r *redisLayer) getDoc(ctx context.Context, id string) (d *Document, enc []
 	if s == "" {
 		return nil, nil, gen, true
 	}
-	b := []byte(s)
+	b := bytesOf(s)
 	d, err = decodeDocument(b)
 	if err != nil || d.id() != id {
 		return nil, nil, gen, true
@@ -247,28 +243,26 @@ func (r *redisLayer) getDoc(ctx context.Context, id string) (d *Document, enc []
 	return d, b, gen, true
 }
 
+// bytesOf returns s's bytes without copying them. go-redis hands values
+// over as strings, and copying a body out of one would double the cost of
+// every L2 read and inline event; a Document never modifies its encoding
+// (L1 copies it into bigcache), so sharing the string's memory is safe.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // getRaw reads the Document stored under rkey; nil unless it is id's.
 func (r *redisLayer) getRaw(ctx context.Context, rkey, id string) (*Document, []byte) {
-	var b []byte
+	var s string
 	err := r.op(ctx, func(ctx context.Context) (err error) {
-		b, err = r.rdb.Get(ctx, rkey).Bytes()
+		s, err = r.rdb.Get(ctx, rkey).Result()
 		return err
 	})
 	if err != nil {
 		return nil, nil
 	}
+	b := bytesOf(s)
 	d, err := decodeDocument(b)
 	if err != nil || d.id() != id {
 		return nil, nil
 	}
 	return d, b
-}
-
-func (r *redisLayer) publish(ctx context.Context, ev event) error {
-	return r.always(ctx, 0, func(ctx context.Context) error {
-		if r.shards != nil {
-			return r.announce(ctx, ev)
-		}
-		return r.rdb.Publish(ctx, r.channel(), ev.encode()).Err()
-	})
 }

@@ -113,22 +113,24 @@ func (r *redisLayer) newHub(rdb rediser, onInval func(string)) *hub {
 	return newHub(rdb, r.channel(), r.log, onInval)
 }
 
-// scriptChannel is the channel a script publishes its event to: the
-// channel itself, or "" in cluster mode, where announce publishes it.
-func (r *redisLayer) scriptChannel() string {
+// scriptPublish returns the channel and message a script publishes, given
+// an event's encoding: the channel and the event, or nothing in cluster
+// mode, where announce publishes it (so the message is not sent twice).
+func (r *redisLayer) scriptPublish(payload []byte) (channel string, msg []byte) {
 	if r.shards != nil {
-		return ""
+		return "", nil
 	}
-	return r.channel()
+	return r.channel(), payload
 }
 
-// announce publishes ev after a script that published nothing (cluster
-// mode: SPUBLISH to the channel of ev.Key); otherwise the script did and
-// announce does nothing. Call it inside the closure of op or always that
-// ran the script, so that a failure counts as the script's.
-func (r *redisLayer) announce(ctx context.Context, ev event) error {
+// announce publishes an event of id, encoded as payload, after a script
+// that published nothing (cluster mode: SPUBLISH to id's shard channel);
+// otherwise the script did and announce does nothing. Call it inside the
+// closure of op or always that ran the script, so that a failure counts as
+// the script's.
+func (r *redisLayer) announce(ctx context.Context, id string, payload []byte) error {
 	if r.shards == nil {
 		return nil
 	}
-	return r.rdb.SPublish(ctx, r.shards[shardOf(ev.Key, len(r.shards))], ev.encode()).Err()
+	return r.rdb.SPublish(ctx, r.shards[shardOf(id, len(r.shards))], payload).Err()
 }

@@ -175,35 +175,18 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 // those channels re-check, and every follower is still pushed its result.
 func TestRedisClusterSubscriptionCut(t *testing.T) {
 	rc := redistest.StartCluster(t, 3)
-	fl := &fleet{up: fakeupstream.New(t)}
-	for range 3 {
-		in := coorddtest.Start(t, coorddtest.Options{
-			RedisClient: rc.Client(t),
-			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
-		})
-		fl.instances = append(fl.instances, in)
-		fl.clients = append(fl.clients, in.Dial(t))
-	}
+	fl := clusterFleet(t, rc, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	paths := keyPaths("/cut", 24)
-	release := make(chan struct{})
-	for _, p := range paths {
-		fl.up.Set(p, fakeupstream.Behavior{Block: release})
-	}
 	node := rc.Node(1).Client(t)
-	go func() {
-		defer close(release)
-		for _, p := range paths {
-			_ = fl.up.WaitCount(ctx, p, 1)
-		}
-		time.Sleep(100 * time.Millisecond) // the followers join
+	fl.hold(ctx, paths, func() {
 		n, err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
 		if err != nil || n == 0 {
 			t.Errorf("CLIENT KILL TYPE pubsub on node 1 = %d, %v; want the instances' subscriptions cut", n, err)
 		}
 		time.Sleep(100 * time.Millisecond) // the hubs subscribe again; nothing signals it
-	}()
+	})
 	for _, err := range fl.burst(ctx, paths, 3) {
 		t.Error(err)
 	}
@@ -228,15 +211,7 @@ func TestRedisClusterSubscriptionCut(t *testing.T) {
 // is still coordinated through pushes.
 func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 	rc := redistest.StartCluster(t, 3)
-	fl := &fleet{up: fakeupstream.New(t)}
-	for range 3 {
-		in := coorddtest.Start(t, coorddtest.Options{
-			RedisClient: rc.Client(t),
-			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
-		})
-		fl.instances = append(fl.instances, in)
-		fl.clients = append(fl.clients, in.Dial(t))
-	}
+	fl := clusterFleet(t, rc, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const channel = "coordd:events:{s5.3}" // slot 5157: node 0's, of 0-5460
@@ -280,17 +255,7 @@ func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 	t.Logf("every hub subscribed on the slot's new owner %v after the move", time.Since(begin).Round(time.Millisecond))
 
 	paths := keyPaths("/moved", 48)
-	release := make(chan struct{})
-	for _, p := range paths {
-		fl.up.Set(p, fakeupstream.Behavior{Block: release})
-	}
-	go func() {
-		defer close(release)
-		for _, p := range paths {
-			_ = fl.up.WaitCount(ctx, p, 1)
-		}
-		time.Sleep(100 * time.Millisecond) // the followers join
-	}()
+	fl.hold(ctx, paths, nil)
 	for _, err := range fl.burst(ctx, paths, 2) {
 		t.Error(err)
 	}
@@ -302,4 +267,20 @@ func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 	if n := fl.timerWakeups(); n != 0 {
 		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", n)
 	}
+}
+
+// clusterFleet starts n coordd instances on Redis Cluster rc, in front of
+// one fake upstream.
+func clusterFleet(t *testing.T, rc *redistest.Cluster, n int) *fleet {
+	t.Helper()
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range n {
+		in := coorddtest.Start(t, coorddtest.Options{
+			RedisClient: rc.Client(t),
+			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
+		})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+	}
+	return fl
 }

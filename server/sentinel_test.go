@@ -78,6 +78,26 @@ func (fl *fleet) burst(ctx context.Context, paths []string, perInstance int) []e
 	return out
 }
 
+// hold holds the upstream's answers to paths until each has had its first
+// request and its followers had time to join (nothing signals that a gRPC
+// caller waits), then runs during, if set, then lets every answer through.
+func (fl *fleet) hold(ctx context.Context, paths []string, during func()) {
+	release := make(chan struct{})
+	for _, p := range paths {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	go func() {
+		defer close(release)
+		for _, p := range paths {
+			_ = fl.up.WaitCount(ctx, p, 1)
+		}
+		time.Sleep(100 * time.Millisecond) // the followers join
+		if during != nil {
+			during()
+		}
+	}()
+}
+
 func (fl *fleet) timerWakeups() (n int64) {
 	for _, in := range fl.instances {
 		n += in.Coordinator.TimerWakeups()
@@ -199,17 +219,7 @@ func TestSentinelFailover(t *testing.T) {
 	// Settled: coordinated again, through pushes.
 	wakeups := fl.timerWakeups()
 	after := keyPaths("/after", 16)
-	release = make(chan struct{})
-	for _, p := range after {
-		fl.up.Set(p, fakeupstream.Behavior{Block: release})
-	}
-	go func() {
-		defer close(release)
-		for _, p := range after {
-			_ = fl.up.WaitCount(ctx, p, 1)
-		}
-		time.Sleep(100 * time.Millisecond) // the followers join
-	}()
+	fl.hold(ctx, after, nil)
 	for _, err := range fl.burst(ctx, after, 3) {
 		t.Error(err)
 	}
