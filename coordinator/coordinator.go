@@ -369,18 +369,11 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		if ok {
 			f.gen = gen
 		}
-		now := c.cfg.Now()
-		if t.serves(d) && d.Usable(now) && (stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt)) {
-			// Never replace a newer copy in L1 with an older one from L2.
+		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt)) {
 			c.setL1(f, d, enc)
-			if d.Fresh(now) && f.recent(d) {
-				return &Result{Doc: d, Source: SourceL2}, nil
-			}
-			if d.Fresh(now) {
-				f.setBypass()
-			}
-			stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
+			return &Result{Doc: d, Source: SourceL2}, nil
 		}
+		c.keepNewer(f, d, enc, &stale)
 	}
 	if stale != nil {
 		f.offerStale(stale)
@@ -410,7 +403,7 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			r.hub.unregister(w)
 			return c.lead(f, l, stale)
 		}
-		res, err, again := c.follow(f, w, holder, stale)
+		res, err, again := c.follow(f, w, holder, &stale)
 		r.hub.unregister(w)
 		if !again {
 			return res, err
@@ -418,11 +411,27 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 	}
 }
 
+// keepNewer makes d, read from Redis, the flight's stale copy (and L1's)
+// if it is a usable copy of f's target newer than *stale. It is not the
+// flight's answer: too old for its callers, or expired.
+func (c *Coordinator) keepNewer(f *flight, d *Document, enc []byte, stale **Result) {
+	now := c.cfg.Now()
+	if !f.t.serves(d) || !d.Usable(now) || (*stale != nil && !d.FetchedAt.After((*stale).Doc.FetchedAt)) {
+		return // never replace a newer copy in L1 with an older one
+	}
+	c.setL1(f, d, enc)
+	if d.Fresh(now) {
+		f.setBypass() // fresh, but a caller's max_age refused it
+	}
+	*stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
+	f.offerStale(*stale)
+}
+
 // follow waits, subscribed, for the instance holding t's lock, whose
 // token is holder. It re-checks L2 after subscribing, so that a push that
 // landed before the subscription is not lost. again asks the caller to
 // re-check the lock.
-func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result) (res *Result, err error, again bool) {
+func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result) (res *Result, err error, again bool) {
 	r := c.rl
 	t := f.t
 	if holder == "" {
@@ -430,10 +439,12 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 	}
 	c.m.Follower("remote")
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
+	d, enc, _, _ := r.getDoc(c.ctx, t.id)
+	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		return &Result{Doc: d, Source: SourceL2}, nil, false
 	}
+	c.keepNewer(f, d, enc, stale)
 	// The lease outlives a dead holder by at most LockTTL; jitter spreads
 	// the takeover attempts of many instances.
 	timer := time.NewTimer(c.cfg.LockTTL + rand.N(c.cfg.LockTTL/4+1))
@@ -459,11 +470,16 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 				if ev.Result != r.docKey(t.id) {
 					return &Result{Doc: d, Source: SourceL2}, nil, false // uncacheable: as it is
 				}
-				if !d.Fresh(c.cfg.Now()) || !f.recent(d) {
-					return nil, nil, true // not what this flight needs
+				// The copy the leader we followed fetched answers this
+				// flight even when it is stale on landing (no-cache,
+				// max-age=0), as it answers the leader's own callers;
+				// another leader's copy only if it is fresh.
+				if f.recent(d) && (ev.Token == holder || d.Fresh(c.cfg.Now())) {
+					c.setL1(f, d, enc)
+					return &Result{Doc: d, Source: SourceL2}, nil, false
 				}
-				c.setL1(f, d, enc)
-				return &Result{Doc: d, Source: SourceL2}, nil, false
+				c.keepNewer(f, d, enc, stale)
+				return nil, nil, true // not what this flight needs
 			case evFail:
 				if ev.Token != holder {
 					continue // an earlier leader's
@@ -473,7 +489,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 					// slot; this flight's callers may: queue for one ourselves.
 					return nil, nil, true
 				}
-				return stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
+				return *stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
 			case evRelease:
 				if ev.Token != holder {
 					continue
@@ -487,7 +503,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale *Result)
 			c.m.TimerWakeup()
 			return nil, nil, true
 		case <-c.ctx.Done():
-			return stale, ErrClosed, false
+			return *stale, ErrClosed, false
 		}
 	}
 }
@@ -501,11 +517,13 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		defer l.stopWatchdog() // every path below hands the lock off; this covers a panic
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
-		if d, enc, _, _ := r.getDoc(c.ctx, t.id); t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
+		d, enc, _, _ := r.getDoc(c.ctx, t.id)
+		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 			c.setL1(f, d, enc)
 			c.handOff(l, event{Type: evDone, Key: t.id, Result: r.docKey(t.id)})
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}
+		c.keepNewer(f, d, enc, &stale) // for stale-if-error, and a conditional fetch
 	}
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
 	up := t.upstream

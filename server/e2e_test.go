@@ -280,11 +280,66 @@ func TestStaleIfErrorFromL2(t *testing.T) {
 	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
 		t.Fatal(err)
 	}
+	// The leader answers its callers before it stores in Redis; the store
+	// and the unlock are one script.
+	cl.waitUnlocked(t, cl.url("/x"))
 	clk.Advance(2 * time.Minute)
 	cl.up.Set("/x", fakeupstream.ResetConnection())
 	d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")})
 	if err != nil || !d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
 		t.Fatalf("got %v, %+v; want the stale L2 copy", err, d)
+	}
+}
+
+// TestStaleCopyLandedAfterL2MissServedOnError: instance b misses in L2
+// while a leads; a lands and unlocks before b asks for the lock, and the
+// copy expires. b takes the lock and finds the expired copy on its second
+// look: it serves it (stale-while-revalidate) and revalidates it with a
+// conditional request. It used to fetch as if the key were cold, and
+// failed with the upstream.
+func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
+	rs, up, clk := redistest.Start(t), fakeupstream.New(t), newTestClock()
+	cfg := coordinator.Config{Now: clk.Now, Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL(), TTL: time.Minute}}}
+	countPerCall(&cfg)
+	const path = "/late-land"
+	proxy := startReplyHolder(t, rs.Addr(), "mget", path)
+	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	b := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	ca, cb := a.Dial(t), b.Dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	up.Set(path, fakeupstream.Behavior{Block: release})
+	get := func(c coorddv1.CoordinatorServiceClient, out chan<- outcome) {
+		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
+		out <- outcome{doc: d, err: err}
+	}
+	ra, rb := make(chan outcome, 1), make(chan outcome, 1)
+	go get(ca, ra) // a leads; the upstream holds its answer
+	if err := up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	proxy.armed.Store(true)
+	go get(cb, rb)
+	waitFor(t, 10*time.Second, func() bool { return !proxy.armed.Load() }) // b's L2 read ran: a miss
+	close(release)
+	if o := <-ra; o.err != nil {
+		t.Fatal(o.err)
+	}
+	want := up.Body(path)
+	(&cluster{redis: rs}).waitUnlocked(t, up.URL()+path) // a landed
+	clk.Advance(2 * time.Minute)                         // past the TTL, inside the stale window
+	up.Set(path, fakeupstream.Status(503))
+	proxy.release() // b learns of its miss, and finds the lock free
+	o := <-rb
+	if o.err != nil || !o.doc.Meta.GetStale() || !bytes.Equal(o.doc.Body, want) {
+		t.Fatalf("b: %v, %+v; want the stale copy a landed", o.err, o.doc)
+	}
+	if err := up.WaitCount(ctx, path, 2); err != nil { // b revalidates, in the background
+		t.Fatal(err)
+	}
+	if inm := up.LastHeader(path).Get("If-None-Match"); inm != up.ETag(path) {
+		t.Fatalf("b's revalidation If-None-Match = %q; want %q", inm, up.ETag(path))
 	}
 }
 

@@ -81,7 +81,8 @@ type replyHolder struct {
 	target string
 	match  [][]byte
 	armed  atomic.Bool
-	hold   chan struct{} // closed to let held replies through
+	hold   chan struct{} // closed (release) to let held replies through
+	once   sync.Once
 	addr   string
 	// freeze holds back every reply on every connection while set: Redis
 	// looks frozen to this client only.
@@ -98,8 +99,7 @@ func startReplyHolder(t *testing.T, target string, match ...string) *replyHolder
 	for _, m := range match {
 		p.match = append(p.match, []byte(m))
 	}
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(p.hold) }); ln.Close() })
+	t.Cleanup(func() { p.release(); ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -111,6 +111,9 @@ func startReplyHolder(t *testing.T, target string, match ...string) *replyHolder
 	}()
 	return p
 }
+
+// release lets held replies through, now and from now on.
+func (p *replyHolder) release() { p.once.Do(func() { close(p.hold) }) }
 
 func (p *replyHolder) pipe(c net.Conn) {
 	defer c.Close()

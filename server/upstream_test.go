@@ -245,3 +245,39 @@ func TestNoCacheRevalidatedEveryCall(t *testing.T) {
 		})
 	}
 }
+
+// TestNoCacheStampedeAcrossInstances: a copy that is stale the moment it
+// lands (no-cache, max-age=0) is still the answer to the flight that
+// fetched it, on every instance. Followers of another instance used to
+// discard it as not fresh and take the lock to fetch again, one instance
+// after the other: a cold no-cache key cost one upstream request per
+// instance.
+func TestNoCacheStampedeAcrossInstances(t *testing.T) {
+	for i, cc := range []string{"no-cache", "max-age=0"} {
+		t.Run(cc, func(t *testing.T) {
+			cl := startCluster(t, 3, countPerCall)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			path := fmt.Sprintf("/nc-herd%d", i)
+			release := make(chan struct{})
+			cl.up.Set(path, fakeupstream.Behavior{Block: release, Conditional: true}.WithHeader("Cache-Control", cc))
+			go func() {
+				defer close(release)
+				_ = cl.up.WaitCount(ctx, path, 1)
+				time.Sleep(300 * time.Millisecond) // the other callers join and subscribe
+			}()
+			out := cl.burst(t, ctx, 30, func(int) *coorddv1.GetOrFetchRequest {
+				return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
+			})
+			for k, o := range out {
+				if o.err != nil || !bytes.Equal(o.doc.Body, cl.up.Body(path)) || o.doc.Meta.GetStale() {
+					t.Fatalf("caller %d (instance %d): %v, %v; want the fresh body", k, o.instance, o.err, o.doc)
+				}
+			}
+			if got := cl.up.Count(path); got != 1 {
+				t.Fatalf("upstream requests = %d for one burst of 30 callers on 3 instances; want 1", got)
+			}
+			cl.checkPushOnly(t)
+		})
+	}
+}
