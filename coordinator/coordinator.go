@@ -470,11 +470,12 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result
 				if ev.Result != r.docKey(t.id) {
 					return &Result{Doc: d, Source: SourceL2}, nil, false // uncacheable: as it is
 				}
-				// The copy the leader we followed fetched answers this
-				// flight even when it is stale on landing (no-cache,
-				// max-age=0), as it answers the leader's own callers;
-				// another leader's copy only if it is fresh.
-				if f.recent(d) && (ev.Token == holder || d.Fresh(c.cfg.Now())) {
+				// A copy stale on arrival (no-cache, max-age=0) answers
+				// this flight if the leader we followed fetched it, as it
+				// answers the leader's own callers: that leader lands it
+				// before answering them, so this flight was waiting
+				// before the answer was given. Any other copy must be fresh.
+				if f.recent(d) && (d.Fresh(c.cfg.Now()) || (ev.Token == holder && d.staleOnArrival())) {
 					c.setL1(f, d, enc)
 					return &Result{Doc: d, Source: SourceL2}, nil, false
 				}
@@ -549,16 +550,18 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 			enc := d.encode() // once, for L1 and L2
 			if !cache {
 				// Never cached: its old copy must not be served any longer,
-				// here or (landRemote) from L2. The lock goes before the
-				// callers are answered, so that a call made after the
-				// answer fetches anew instead of following this flight.
+				// here or (landRemote) from L2.
 				c.l1.Delete(t.id)
-				c.landRemote(f, l, d, enc, cache)
-				return res, nil
+			} else {
+				c.setL1(f, d, enc)
 			}
-			c.setL1(f, d, enc)
-			c.leave(f)
-			f.finish(res, nil) // this instance's callers first, then the others
+			if cache && !d.staleOnArrival() {
+				c.leave(f)
+				f.finish(res, nil) // this instance's callers first, then the others
+			}
+			// Otherwise the lock goes before the callers are answered, so
+			// that a call made after the answer fetches anew instead of
+			// following this flight's landing.
 			c.landRemote(f, l, d, enc, cache)
 			return res, nil
 		}

@@ -41,6 +41,10 @@ func (d *Document) Memo(build func(*Document) any) any {
 // Fresh reports whether d is fresh at now.
 func (d *Document) Fresh(now time.Time) bool { return now.Before(d.FreshUntil) }
 
+// staleOnArrival reports whether d was never fresh (no-cache, max-age=0):
+// each use after the flight that fetched it revalidates it.
+func (d *Document) staleOnArrival() bool { return !d.FreshUntil.After(d.FetchedAt) }
+
 // Usable reports whether d may still be used at now: served fresh, or
 // stale as Revalidation allows (see ServeStaleWhileRevalidate and
 // ServeStaleIfError), or revalidated with a conditional request.
