@@ -588,12 +588,14 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	case code == http.StatusNotModified && stale != nil:
 		// Revalidated: the stale body is fresh again, without a transfer.
 		old := stale.Doc
-		fresh, staleUntil, rv, store := up.lifetime(resp.Header, now)
-		return &Document{
+		l, store := up.lifetime(resp.Header, now)
+		d := &Document{
 			Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
-			FetchedAt: now, FreshUntil: fresh, StaleUntil: staleUntil, Revalidation: rv, Body: old.Body,
-		}, store, nil
+			FetchedAt: now, Body: old.Body,
+		}
+		l.set(d)
+		return d, store, nil
 	case code >= 500 || code == http.StatusTooManyRequests:
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
 	}
@@ -605,8 +607,8 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	d.dropBadHeaders()
 	switch {
 	case code/100 == 2:
-		var store bool
-		d.FreshUntil, d.StaleUntil, d.Revalidation, store = up.lifetime(resp.Header, now)
+		l, store := up.lifetime(resp.Header, now)
+		l.set(d)
 		return d, store, nil
 	case code == http.StatusNotFound || code == http.StatusGone:
 		d.FreshUntil, d.StaleUntil = now.Add(up.NegativeTTL), now.Add(up.NegativeTTL)

@@ -24,7 +24,13 @@ type Document struct {
 	FreshUntil   time.Time // served as fresh until then
 	StaleUntil   time.Time // usable stale until then, as Revalidation allows; dropped after
 	Revalidation Revalidation
-	Body         []byte
+	// WhileRevalidateUntil and IfErrorUntil, when set, end the windows
+	// in which d is served stale while it is revalidated, and instead of
+	// an upstream error, earlier than StaleUntil: the upstream's
+	// stale-while-revalidate=N and stale-if-error=N (RFC 5861).
+	WhileRevalidateUntil time.Time
+	IfErrorUntil         time.Time
+	Body                 []byte
 
 	memoOnce sync.Once
 	memo     any
@@ -50,18 +56,27 @@ func (d *Document) staleOnArrival() bool { return !d.FreshUntil.After(d.FetchedA
 // ServeStaleIfError), or revalidated with a conditional request.
 func (d *Document) Usable(now time.Time) bool { return now.Before(d.StaleUntil) }
 
-// ServeStaleWhileRevalidate reports whether d, if usable, may be served at
-// now while a newer copy is fetched: it is fresh, or its Cache-Control
-// allows serving it stale (RevalidateInBackground).
+// ServeStaleWhileRevalidate reports whether d may be served at now while
+// a newer copy is fetched: it is fresh, or its Cache-Control allows
+// serving it stale (RevalidateInBackground) and its window has not ended.
 func (d *Document) ServeStaleWhileRevalidate(now time.Time) bool {
-	return d.Fresh(now) || d.Revalidation == RevalidateInBackground
+	return d.Fresh(now) || (d.Revalidation == RevalidateInBackground && d.before(now, d.WhileRevalidateUntil))
 }
 
-// ServeStaleIfError reports whether d, if usable, may be served at now
-// instead of an upstream error: it is fresh, or its Cache-Control allows
-// serving it stale (anything but RevalidateStrictly).
+// ServeStaleIfError reports whether d may be served at now instead of an
+// upstream error: it is fresh, or its Cache-Control allows serving it
+// stale (anything but RevalidateStrictly) and its window has not ended.
 func (d *Document) ServeStaleIfError(now time.Time) bool {
-	return d.Fresh(now) || d.Revalidation != RevalidateStrictly
+	return d.Fresh(now) || (d.Revalidation != RevalidateStrictly && d.before(now, d.IfErrorUntil))
+}
+
+// before reports whether now is before until, or before StaleUntil when
+// until is not set.
+func (d *Document) before(now, until time.Time) bool {
+	if until.IsZero() || until.After(d.StaleUntil) {
+		until = d.StaleUntil
+	}
+	return now.Before(until)
 }
 
 // Revalidation is what the upstream's Cache-Control allows of a Document
@@ -104,9 +119,10 @@ func (d *Document) Age(now time.Time) time.Duration {
 }
 
 // docVersion is the encoding's version. Version 2 added Revalidation,
-// version 3 Tenant; copies of versions 1 and 2, cached by an older coordd,
-// still decode (as RevalidateInBackground and the default tenant).
-const docVersion = 3
+// version 3 Tenant, version 4 WhileRevalidateUntil and IfErrorUntil;
+// copies of older versions, cached by an older coordd, still decode (as
+// RevalidateInBackground, the default tenant, no RFC 5861 windows).
+const docVersion = 4
 
 var errBadEncoding = errors.New("coordinator: bad document encoding")
 
@@ -130,6 +146,13 @@ func (d *Document) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(d.Revalidation))
 	b = binary.AppendUvarint(b, uint64(len(d.Tenant)))
 	b = append(b, d.Tenant...)
+	for _, t := range []time.Time{d.WhileRevalidateUntil, d.IfErrorUntil} {
+		var ns int64 // 0: not set
+		if !t.IsZero() {
+			ns = t.UnixNano()
+		}
+		b = binary.AppendVarint(b, ns)
+	}
 	return append(b, d.Body...)
 }
 
@@ -177,7 +200,21 @@ func decodeDocument(b []byte) (*Document, error) {
 		tenant = string(b[k : k+int(n)])
 		b = b[k+int(n):]
 	}
+	var windows [2]time.Time
+	if version >= 4 {
+		for i := range windows {
+			v, k := binary.Varint(b)
+			if k <= 0 {
+				return nil, errBadEncoding
+			}
+			if v != 0 {
+				windows[i] = time.Unix(0, v)
+			}
+			b = b[k:]
+		}
+	}
 	d := &Document{
+		WhileRevalidateUntil: windows[0], IfErrorUntil: windows[1],
 		Key: fields[0], URL: fields[1], Upstream: fields[2], Tenant: tenant,
 		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],
 		StatusCode:   int(ints[0]),

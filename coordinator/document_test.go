@@ -14,21 +14,34 @@ func TestDocumentRoundTrip(t *testing.T) {
 		FetchedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour),
 		Revalidation: RevalidateStrictly, Body: bytes.Repeat([]byte("ab"), 1000),
 	}
-	got, err := decodeDocument(d.encode())
-	if err != nil {
-		t.Fatal(err)
+	windows := &Document{
+		Key: d.Key, URL: d.URL, Upstream: d.Upstream, Tenant: d.Tenant, StatusCode: d.StatusCode, ContentType: d.ContentType,
+		ETag: d.ETag, LastModified: d.LastModified, FetchedAt: d.FetchedAt, FreshUntil: d.FreshUntil, StaleUntil: d.StaleUntil,
+		Revalidation: d.Revalidation, Body: d.Body,
+		WhileRevalidateUntil: now.Add(2 * time.Minute), IfErrorUntil: now.Add(30 * time.Minute),
 	}
-	if got.Key != d.Key || got.URL != d.URL || got.Upstream != d.Upstream || got.StatusCode != d.StatusCode ||
-		got.ContentType != d.ContentType || got.ETag != d.ETag || got.LastModified != d.LastModified ||
-		!got.FetchedAt.Equal(d.FetchedAt) || !got.FreshUntil.Equal(d.FreshUntil) || !got.StaleUntil.Equal(d.StaleUntil) ||
-		got.Revalidation != d.Revalidation || got.Tenant != d.Tenant || !bytes.Equal(got.Body, d.Body) {
-		t.Fatalf("round trip = %+v; want %+v", got, d)
+	for _, d := range []*Document{d, windows} {
+		got, err := decodeDocument(d.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Key != d.Key || got.URL != d.URL || got.Upstream != d.Upstream || got.StatusCode != d.StatusCode ||
+			got.ContentType != d.ContentType || got.ETag != d.ETag || got.LastModified != d.LastModified ||
+			!got.FetchedAt.Equal(d.FetchedAt) || !got.FreshUntil.Equal(d.FreshUntil) || !got.StaleUntil.Equal(d.StaleUntil) ||
+			got.Revalidation != d.Revalidation || got.Tenant != d.Tenant || !bytes.Equal(got.Body, d.Body) ||
+			!got.WhileRevalidateUntil.Equal(d.WhileRevalidateUntil) || !got.IfErrorUntil.Equal(d.IfErrorUntil) ||
+			got.WhileRevalidateUntil.IsZero() != d.WhileRevalidateUntil.IsZero() {
+			t.Fatalf("round trip = %+v; want %+v", got, d)
+		}
 	}
+	// d's windows are unset: two zero varints, one byte each, before the body.
 	unknownRV := d.encode()
-	unknownRV[len(unknownRV)-len(d.Body)-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
+	unknownRV[len(unknownRV)-len(d.Body)-2-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
 	longTenant := d.encode()
-	longTenant[len(longTenant)-len(d.Body)-len(d.Tenant)-1] = 0x7f // longer than the rest
-	for _, bad := range [][]byte{nil, {0}, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)]} {
+	longTenant[len(longTenant)-len(d.Body)-2-len(d.Tenant)-1] = 0x7f // longer than the rest
+	enc := d.encode()
+	noWindows := enc[:len(enc)-len(d.Body)-2]
+	for _, bad := range [][]byte{nil, {0}, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)], noWindows} {
 		if _, err := decodeDocument(bad); err == nil {
 			t.Errorf("decodeDocument(%x) succeeded; want error", bad)
 		}
@@ -53,10 +66,12 @@ func TestDecodeOlderVersions(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	d := &Document{Key: "https://x/a", URL: "https://x/a", Upstream: "mdn", StatusCode: 200, ETag: `"e"`, FetchedAt: now, FreshUntil: now,
 		StaleUntil: now.Add(time.Hour), Revalidation: RevalidateStrictly, Body: []byte("body")}
-	v3 := d.encode()
-	// Version 2 is version 3 without the Tenant (one zero byte here) before
-	// the body; version 1 is version 2 without the Revalidation varint (one
-	// byte here) before that.
+	v4 := d.encode()
+	// Version 3 is version 4 without the two windows (two zero bytes here)
+	// before the body; version 2 is version 3 without the Tenant (one zero
+	// byte here); version 1 is version 2 without the Revalidation varint
+	// (one byte here) before that.
+	v3 := append(append([]byte{3}, v4[1:len(v4)-len(d.Body)-2]...), d.Body...)
 	head := v3[1 : len(v3)-len(d.Body)-1]
 	v2 := append(append([]byte{2}, head...), d.Body...)
 	v1 := append(append([]byte{1}, head[:len(head)-1]...), d.Body...)
@@ -68,6 +83,7 @@ func TestDecodeOlderVersions(t *testing.T) {
 		{"version 1", v1, RevalidateInBackground},
 		{"version 2", v2, RevalidateStrictly},
 		{"version 3", v3, RevalidateStrictly},
+		{"version 4", v4, RevalidateStrictly},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -62,7 +62,8 @@ func TestLifetime(t *testing.T) {
 		for _, v := range tc.cc {
 			h.Add("Cache-Control", v)
 		}
-		fresh, stale, rv, store := u.lifetime(h, now)
+		l, store := u.lifetime(h, now)
+		fresh, stale, rv := l.fresh, l.stale, l.rv
 		if store != tc.wantStore || fresh.Sub(now) != tc.fresh || rv != tc.wantRV {
 			t.Errorf("Cache-Control %q: fresh %v, %v, store %v; want %v, %v, %v", tc.cc, fresh.Sub(now), rv, store, tc.fresh, tc.wantRV, tc.wantStore)
 			continue
@@ -99,6 +100,37 @@ func TestServeStale(t *testing.T) {
 		}
 		if got := d.ServeStaleIfError(now); got != tc.wantIfError {
 			t.Errorf("%v, fresh %v: ServeStaleIfError = %v; want %v", tc.rv, tc.fresh, got, tc.wantIfError)
+		}
+	}
+}
+
+// TestStaleWindows: stale-while-revalidate=N and stale-if-error=N end
+// their windows N seconds after the fresh lifetime, within the stale
+// window; without them both last the stale window.
+func TestStaleWindows(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	u := &Upstream{TTL: 10 * time.Minute, StaleTTL: time.Hour, Protection: Protection{MaxTTL: 24 * time.Hour}}
+	for _, tc := range []struct {
+		cc               string
+		wantSWR, wantSIE time.Duration // after now; the stale window ends at fresh + 1h
+	}{
+		{"max-age=60", 60*time.Second + time.Hour, 60*time.Second + time.Hour},
+		{"max-age=60, stale-while-revalidate=30, stale-if-error=300", 90 * time.Second, 360 * time.Second},
+		{"Stale-If-Error=86400, max-age=60", 60*time.Second + time.Hour, 60*time.Second + time.Hour}, // capped by stale_ttl
+		{"max-age=60, stale-while-revalidate=0", 60 * time.Second, 60*time.Second + time.Hour},
+		{"max-age=60, stale-while-revalidate=-1, stale-if-error=x", 60*time.Second + time.Hour, 60*time.Second + time.Hour},
+	} {
+		l, _ := u.lifetime(http.Header{"Cache-Control": {tc.cc}}, now)
+		d := &Document{FetchedAt: now}
+		l.set(d)
+		for _, at := range []time.Duration{0, 61 * time.Second, 89 * time.Second, 91 * time.Second, 359 * time.Second, 361 * time.Second, time.Hour + 59*time.Second, time.Hour + 61*time.Second} {
+			when := now.Add(at)
+			if got, want := d.ServeStaleWhileRevalidate(when), at < tc.wantSWR; got != want {
+				t.Errorf("%q at +%v: ServeStaleWhileRevalidate = %v; want %v", tc.cc, at, got, want)
+			}
+			if got, want := d.ServeStaleIfError(when), at < tc.wantSIE; got != want {
+				t.Errorf("%q at +%v: ServeStaleIfError = %v; want %v", tc.cc, at, got, want)
+			}
 		}
 	}
 }

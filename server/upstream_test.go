@@ -214,6 +214,59 @@ func TestCacheControlStaleServing(t *testing.T) {
 	}
 }
 
+// TestStaleWindowsFromCacheControl: stale-while-revalidate=N and
+// stale-if-error=N (RFC 5861) end their stale-serving windows early, on
+// every instance (L1 and L2 keep them): past N, a stale copy is no longer
+// served while revalidating, nor instead of an error. It is still kept for
+// stale_ttl, for a conditional request. Both used to last all of
+// stale_ttl.
+func TestStaleWindowsFromCacheControl(t *testing.T) {
+	clk := newTestClock()
+	cl := startCluster(t, 2, func(c *coordinator.Config) {
+		countPerCall(c)
+		c.Now = clk.Now
+		c.Upstreams[0].StaleTTL = time.Hour
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const cc = "max-age=60, stale-while-revalidate=30, stale-if-error=300"
+	paths := []string{"/past-swr", "/inside-sie", "/past-sie", "/revalidated"}
+	for _, p := range paths {
+		cl.up.Set(p, fakeupstream.Behavior{Conditional: true}.WithHeader("Cache-Control", cc))
+		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(p)}); err != nil {
+			t.Fatal(err)
+		}
+		cl.waitUnlocked(t, cl.url(p)) // in L2 too
+	}
+	get := func(i int, p string) (*coorddtest.Doc, error) {
+		return coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(p)})
+	}
+	clk.Advance(2 * time.Minute) // age 120 s: past stale-while-revalidate, inside stale-if-error
+	if d, err := get(1, "/past-swr"); err != nil || d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
+		t.Errorf("past stale-while-revalidate: %v, %v; want a fresh copy, not the stale one", err, d.GetMeta())
+	}
+	cl.up.Set("/inside-sie", fakeupstream.Status(503))
+	for i := range cl.clients {
+		if d, err := get(i, "/inside-sie"); err != nil || !d.Meta.GetStale() {
+			t.Errorf("instance %d inside stale-if-error: %v, %v; want the stale copy", i, err, d.GetMeta())
+		}
+		cl.waitUnlocked(t, cl.url("/inside-sie"))
+	}
+	clk.Advance(5 * time.Minute) // age 420 s: past stale-if-error, inside stale_ttl
+	cl.up.Set("/past-sie", fakeupstream.Status(503))
+	for i := range cl.clients {
+		if d, err := get(i, "/past-sie"); status.Code(err) != codes.Unavailable {
+			t.Errorf("instance %d past stale-if-error: %v, %v; want UNAVAILABLE", i, err, d.GetMeta())
+		}
+	}
+	if d, err := get(1, "/revalidated"); err != nil || d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body("/revalidated")) {
+		t.Errorf("revalidated: %v, %v; want a fresh copy", err, d.GetMeta())
+	}
+	if inm := cl.up.LastHeader("/revalidated").Get("If-None-Match"); inm != cl.up.ETag("/revalidated") {
+		t.Errorf("revalidation If-None-Match = %q; want %q", inm, cl.up.ETag("/revalidated"))
+	}
+}
+
 // TestNoCacheRevalidatedEveryCall: a copy the upstream marks no-cache,
 // max-age=0 or s-maxage=0 is revalidated before every use, on every
 // instance, with a conditional request: each call reaches the upstream
