@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
@@ -96,7 +98,7 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 		}
 	}
 	if sc.TLS != nil {
-		cfg, err := sc.TLS.serverTLS()
+		cfg, err := sc.TLS.serverTLS(log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -151,29 +153,134 @@ func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
 }
 
 // serverTLS loads the listener's certificate and, for mutual TLS, the
-// client CAs.
-func (tc *tlsConfig) serverTLS() (*tls.Config, error) {
+// client CAs. A bad file at start is an error; later, new handshakes pick
+// up files changed on disk (see certReloader).
+func (tc *tlsConfig) serverTLS(log *slog.Logger) (*tls.Config, error) {
 	if tc.CertFile == "" || tc.KeyFile == "" {
 		return nil, fmt.Errorf("config: tls: cert_file and key_file are both required")
 	}
-	cert, err := tls.LoadX509KeyPair(tc.CertFile, tc.KeyFile)
-	if err != nil {
+	r := &certReloader{tc: *tc, log: log, checked: time.Now()}
+	if _, err := r.reloadPair(); err != nil {
 		return nil, fmt.Errorf("config: tls.cert_file, tls.key_file: %w", err)
 	}
-	cfg := &tls.Config{
-		Certificates: []tls.Certificate{cert},
+	if _, err := r.reloadCAs(); err != nil {
+		return nil, fmt.Errorf("config: tls.client_ca_file: %w", err)
+	}
+	r.build()
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"h2"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
+	}, nil
+}
+
+// certReloader serves the listener's certificate and client CAs from their
+// files, re-read when they change on disk (cert-manager or the kubelet swap
+// them behind a symlink), so that certificates rotate without a restart. A
+// file that fails to load keeps the last good one in use.
+type certReloader struct {
+	tc  tlsConfig
+	log *slog.Logger
+
+	mu       sync.Mutex
+	checked  time.Time       // when the files were last looked at
+	pairStat string          // cert_file's and key_file's stat at the last load, good or bad
+	caStat   string          // client_ca_file's
+	cert     tls.Certificate // the last good pair
+	cas      *x509.CertPool  // the last good client CAs; nil without mutual TLS
+	cfg      *tls.Config     // built from cert and cas, for new handshakes
+}
+
+// certCheckEvery bounds how often a handshake stats the files. Polling on
+// handshakes needs no goroutine to stop and sees a symlink swap, which a
+// watch on the files themselves misses; a second's delay is nothing next to
+// a rotation's schedule, and a burst of handshakes stats once.
+const certCheckEvery = time.Second
+
+// config returns the configuration for a new handshake, first reloading
+// whatever changed. Session tickets stay on: crypto/tls re-verifies a
+// resumed session's client certificate against the ClientCAs returned here.
+func (r *certReloader) config() *tls.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.checked) >= certCheckEvery {
+		r.checked = now
+		pair, err := r.reloadPair()
+		if err != nil {
+			r.log.Warn("tls: cannot reload tls.cert_file, tls.key_file; serving the previous certificate", "err", err)
+		}
+		cas, err := r.reloadCAs()
+		if err != nil {
+			r.log.Warn("tls: cannot reload tls.client_ca_file; trusting the previous client CAs", "err", err)
+		}
+		if pair || cas {
+			r.build()
+			r.log.Info("tls: reloaded", "certificate", pair, "client_cas", cas)
+		}
+	}
+	return r.cfg
+}
+
+// reloadPair loads cert_file and key_file if their stat changed since the
+// last try, and reports whether it did. A failure is reported once per
+// change: the same files are not retried.
+func (r *certReloader) reloadPair() (bool, error) {
+	st := fileStat(r.tc.CertFile, r.tc.KeyFile) // before reading: a change while reading is seen next time
+	if st == r.pairStat {
+		return false, nil
+	}
+	r.pairStat = st
+	cert, err := tls.LoadX509KeyPair(r.tc.CertFile, r.tc.KeyFile)
+	if err != nil {
+		return false, err
+	}
+	r.cert = cert
+	return true, nil
+}
+
+// reloadCAs is reloadPair for client_ca_file.
+func (r *certReloader) reloadCAs() (bool, error) {
+	if r.tc.ClientCAFile == "" {
+		return false, nil
+	}
+	st := fileStat(r.tc.ClientCAFile)
+	if st == r.caStat {
+		return false, nil
+	}
+	r.caStat = st
+	pool, err := loadCAs(r.tc.ClientCAFile)
+	if err != nil {
+		return false, err
+	}
+	r.cas = pool
+	return true, nil
+}
+
+func (r *certReloader) build() {
+	r.cfg = &tls.Config{
+		Certificates: []tls.Certificate{r.cert},
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"h2"},
 	}
-	if tc.ClientCAFile != "" {
-		pool, err := loadCAs(tc.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("config: tls.client_ca_file: %w", err)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if r.cas != nil {
+		r.cfg.ClientCAs = r.cas
+		r.cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return cfg, nil
+}
+
+// fileStat sums up the files' modification times and sizes, following
+// symlinks, or why they cannot be read.
+func fileStat(paths ...string) string {
+	var b strings.Builder
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%v;", err)
+			continue
+		}
+		fmt.Fprintf(&b, "%d,%d;", fi.ModTime().UnixNano(), fi.Size())
+	}
+	return b.String()
 }
 
 // secureRedis applies TLS and the password from the environment to a

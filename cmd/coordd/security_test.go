@@ -225,3 +225,199 @@ func waitRedisHealth(t *testing.T, ctx context.Context, addr string, trust *tls.
 		time.Sleep(10 * time.Millisecond) // the service is registered before Serve; polling until it listens
 	}
 }
+
+// TestTLSCertificateRotation swaps the listener's cert_file and key_file
+// under a running coordd, as cert-manager does: a new connection gets the
+// new certificate, a broken pair (key mismatch, half-written) keeps the last
+// good one in use with one WARN per change, and coordd keeps serving.
+func TestTLSCertificateRotation(t *testing.T) {
+	ca := testpki.NewCA(t, "rotate")
+	a, b, c := ca.Server(t, "coordd-a"), ca.Server(t, "coordd-b"), ca.Server(t, "coordd-c")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	install := func(cert, key []byte) {
+		t.Helper()
+		replaceFile(t, certFile, cert)
+		replaceFile(t, keyFile, key)
+	}
+	install(readFile(t, a.CertFile), readFile(t, a.KeyFile))
+	addr, logs, done := startTLS(t, fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", certFile, keyFile))
+	trust := &tls.Config{RootCAs: ca.Pool()}
+	served := func() string {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, trust)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	await := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s; log:\n%s", what, readFile(t, logs))
+			}
+		}
+	}
+	const warn = "cannot reload tls.cert_file"
+	warnings := func() int { return strings.Count(string(readFile(t, logs)), warn) }
+	if got := served(); got != "coordd-a" {
+		t.Fatalf("served %s at start; want coordd-a", got)
+	}
+
+	install(readFile(t, b.CertFile), readFile(t, b.KeyFile))
+	await("coordd-b served", func() bool { return served() == "coordd-b" })
+
+	install(readFile(t, c.CertFile), readFile(t, a.KeyFile)) // c's certificate, a's key
+	// Files are looked at on a handshake: each try connects.
+	await("a WARN on the mismatched pair", func() bool { served(); return warnings() == 1 })
+	// Connecting for longer than certCheckEvery (1s) makes coordd look at
+	// the same broken files again: still the last good certificate, no new
+	// WARN.
+	for end := time.Now().Add(1500 * time.Millisecond); ; time.Sleep(50 * time.Millisecond) {
+		if got := served(); got != "coordd-b" {
+			t.Fatalf("served %s after a mismatched pair; want the last good, coordd-b", got)
+		}
+		if time.Now().After(end) {
+			break
+		}
+	}
+	if n := warnings(); n != 1 {
+		t.Fatalf("%d WARNs %q for one mismatched pair; want 1", n, warn)
+	}
+	cert := readFile(t, c.CertFile)
+	install(cert[:len(cert)/2], readFile(t, c.KeyFile)) // half-written
+	await("a WARN on the half-written pair", func() bool { served(); return warnings() == 2 })
+	if got := served(); got != "coordd-b" {
+		t.Errorf("served %s after a half-written pair; want the last good, coordd-b", got)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("coordd stopped: %v", err)
+	default:
+	}
+
+	install(cert, readFile(t, c.KeyFile))
+	await("coordd-c served", func() bool { return served() == "coordd-c" })
+	if n := warnings(); n != 2 {
+		t.Errorf("%d WARNs %q; want one per broken change, 2", n, warn)
+	}
+}
+
+// TestTLSClientCARotation swaps client_ca_file under a running coordd with
+// mutual TLS, as the kubelet swaps a mounted Secret (a ..data symlink): a
+// client whose certificate CA2 signed is refused, then accepted once
+// client_ca_file holds CA2, and CA1's client is refused from then on.
+func TestTLSClientCARotation(t *testing.T) {
+	ca1, ca2 := testpki.NewCA(t, "clients-1"), testpki.NewCA(t, "clients-2")
+	listener := ca1.Server(t, "coordd")
+	client1, client2 := ca1.Client(t, "client-1"), ca2.Client(t, "client-2")
+	dir := t.TempDir()
+	mount := func(version string, caPEM []byte) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, version), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		replaceFile(t, filepath.Join(dir, version, "ca.crt"), caPEM)
+		if err := os.Symlink(version, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mount("..v1", ca1.CertPEM)
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.Symlink(filepath.Join("..data", "ca.crt"), caFile); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := startTLS(t, fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n  client_ca_file: %s\n",
+		listener.CertFile, listener.KeyFile, caFile))
+	accepted := func(client testpki.Pair) bool {
+		t.Helper()
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(
+			&tls.Config{RootCAs: ca1.Pool(), Certificates: []tls.Certificate{client.TLS}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil
+	}
+	if !accepted(client1) {
+		t.Fatal("CA1's client refused at start")
+	}
+	if accepted(client2) {
+		t.Fatal("CA2's client accepted before client_ca_file holds CA2")
+	}
+	mount("..v2", ca2.CertPEM)
+	for deadline := time.Now().Add(10 * time.Second); !accepted(client2); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("CA2's client still refused after client_ca_file was swapped to CA2")
+		}
+	}
+	if accepted(client1) {
+		t.Error("CA1's client accepted after client_ca_file was swapped to CA2")
+	}
+}
+
+// startTLS runs coordd as main does, single-node, with the given tls
+// section (and no drain delay), and waits until it accepts connections. It returns the address,
+// the log file and run's result.
+func startTLS(t *testing.T, yaml string) (addr, logs string, done <-chan error) {
+	t.Helper()
+	addr = freeAddr(t)
+	path := filepath.Join(t.TempDir(), "coordd.yaml")
+	if err := os.WriteFile(path, []byte("drain_delay: 1ms\n"+yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "coordd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- run(ctx, []string{"--config", path, "--listen", addr}, f) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		f.Close()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", addr)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("coordd never listened: %v", err)
+		}
+	}
+	return addr, f.Name(), ran
+}
+
+// replaceFile writes b to path as an atomic swap does: a temporary file
+// renamed over it.
+func replaceFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
