@@ -128,13 +128,19 @@ var errBadEncoding = errors.New("coordinator: bad document encoding")
 
 // encode serialises d for L1 and L2: a version byte, length-prefixed
 // strings, varint integers and times, Revalidation, Tenant (length-prefixed),
-// then the body as the rest. Hand-rolled rather than JSON or gob so that the body is neither
+// the RFC 5861 windows if either is set (version 4; else version 3), then
+// the body as the rest. Hand-rolled rather than JSON or gob so that the body is neither
 // base64-encoded nor copied more than once.
 func (d *Document) encode() []byte {
 	n := 1 + 6*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
 		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Tenant) + len(d.Body) + 8*binary.MaxVarintLen64
+	version := byte(docVersion)
+	windows := !d.WhileRevalidateUntil.IsZero() || !d.IfErrorUntil.IsZero()
+	if !windows {
+		version = 3 // what a coordd of the previous version reads, during a rolling upgrade
+	}
 	b := make([]byte, 0, n)
-	b = append(b, docVersion)
+	b = append(b, version)
 	for _, s := range []string{d.Key, d.URL, d.Upstream, d.ContentType, d.ETag, d.LastModified} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -146,12 +152,14 @@ func (d *Document) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(d.Revalidation))
 	b = binary.AppendUvarint(b, uint64(len(d.Tenant)))
 	b = append(b, d.Tenant...)
-	for _, t := range []time.Time{d.WhileRevalidateUntil, d.IfErrorUntil} {
-		var ns int64 // 0: not set
-		if !t.IsZero() {
-			ns = t.UnixNano()
+	if windows {
+		for _, t := range []time.Time{d.WhileRevalidateUntil, d.IfErrorUntil} {
+			var ns int64 // 0: not set
+			if !t.IsZero() {
+				ns = t.UnixNano()
+			}
+			b = binary.AppendVarint(b, ns)
 		}
-		b = binary.AppendVarint(b, ns)
 	}
 	return append(b, d.Body...)
 }

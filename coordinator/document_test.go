@@ -34,13 +34,17 @@ func TestDocumentRoundTrip(t *testing.T) {
 			t.Fatalf("round trip = %+v; want %+v", got, d)
 		}
 	}
-	// d's windows are unset: two zero varints, one byte each, before the body.
+	// d's windows are unset: it is encoded as version 3, which a coordd of
+	// the previous version reads.
+	if v := d.encode()[0]; v != 3 {
+		t.Errorf("without windows: version %d; want 3", v)
+	}
 	unknownRV := d.encode()
-	unknownRV[len(unknownRV)-len(d.Body)-2-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
+	unknownRV[len(unknownRV)-len(d.Body)-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
 	longTenant := d.encode()
-	longTenant[len(longTenant)-len(d.Body)-2-len(d.Tenant)-1] = 0x7f // longer than the rest
-	enc := d.encode()
-	noWindows := enc[:len(enc)-len(d.Body)-2]
+	longTenant[len(longTenant)-len(d.Body)-len(d.Tenant)-1] = 0x7f // longer than the rest
+	enc := windows.encode()
+	noWindows := enc[:len(enc)-len(d.Body)-2] // version 4 cut short
 	for _, bad := range [][]byte{nil, {0}, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)], noWindows} {
 		if _, err := decodeDocument(bad); err == nil {
 			t.Errorf("decodeDocument(%x) succeeded; want error", bad)
@@ -66,12 +70,13 @@ func TestDecodeOlderVersions(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	d := &Document{Key: "https://x/a", URL: "https://x/a", Upstream: "mdn", StatusCode: 200, ETag: `"e"`, FetchedAt: now, FreshUntil: now,
 		StaleUntil: now.Add(time.Hour), Revalidation: RevalidateStrictly, Body: []byte("body")}
-	v4 := d.encode()
-	// Version 3 is version 4 without the two windows (two zero bytes here)
-	// before the body; version 2 is version 3 without the Tenant (one zero
-	// byte here); version 1 is version 2 without the Revalidation varint
-	// (one byte here) before that.
-	v3 := append(append([]byte{3}, v4[1:len(v4)-len(d.Body)-2]...), d.Body...)
+	// A document without RFC 5861 windows is encoded as version 3 (see
+	// TestDocumentRoundTrip); version 4 is version 3 with two varints (zero:
+	// unset) before the body. Version 2 is version 3 without the Tenant (one
+	// zero byte here) before the body; version 1 is version 2 without the
+	// Revalidation varint (one byte here) before that.
+	v3 := d.encode()
+	v4 := append(append([]byte{4}, v3[1:len(v3)-len(d.Body)]...), append([]byte{0, 0}, d.Body...)...)
 	head := v3[1 : len(v3)-len(d.Body)-1]
 	v2 := append(append([]byte{2}, head...), d.Body...)
 	v1 := append(append([]byte{1}, head[:len(head)-1]...), d.Body...)
