@@ -54,8 +54,9 @@ type redisLayer struct {
 	downs   atomic.Int64 // up-to-down transitions
 	suspect chan error   // a failed operation; cap 1, read by watch
 	hub     *hub
-	shards  []string        // Redis Cluster: the shard channels (shard.go); nil: one channel
-	ctx     context.Context // ends on Close
+	shards  []string                  // Redis Cluster: the shard channels (shard.go); nil: one channel
+	reload  func(ctx context.Context) // Redis Cluster: asks go-redis to reload its map of the slots; nil otherwise
+	ctx     context.Context           // ends on Close
 }
 
 // Redis keys of one cache id. The id is in a hash tag, so that in Redis
@@ -107,8 +108,23 @@ func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.C
 		return fmt.Errorf("coordinator: redis refused: %w", err)
 	}
 	r.m.RedisError("unavailable")
+	r.reloadSlots()
 	r.markSuspect(err)
 	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+}
+
+// reloadSlots asks go-redis, in Redis Cluster, to reload its map of the
+// slots after an operation or ping got no answer: the node may be a master
+// that failed over. go-redis reloads the map only on a MOVED reply, which a
+// dead node never sends, or once a minute, so without this the slots of a
+// failed-over master would be routed to the dead node for up to a minute
+// (unless a shard channel subscription on that node broke and was
+// re-established, which reloads it too). The reload is asynchronous,
+// deduplicated and rate-limited by go-redis.
+func (r *redisLayer) reloadSlots() {
+	if r.reload != nil {
+		r.reload(r.ctx)
+	}
 }
 
 // isReply reports whether err is an error reply from the server (OOM,
@@ -200,7 +216,11 @@ func (r *redisLayer) warm(ctx context.Context, conns int) {
 func (r *redisLayer) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	return r.rdb.Ping(ctx).Err()
+	err := r.rdb.Ping(ctx).Err()
+	if err != nil {
+		r.reloadSlots()
+	}
+	return err
 }
 
 // setDown marks Redis down; only watch (and start-up) calls it.

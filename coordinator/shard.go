@@ -106,8 +106,9 @@ func newShardedHub(rdb rediser, channels []string, log *slog.Logger, onInval fun
 // newHub builds r's hub: on the shard channels when rdb is a Redis Cluster
 // client (which switches r to sharded pub/sub), else on the one channel.
 func (r *redisLayer) newHub(rdb rediser, onInval func(string)) *hub {
-	if _, ok := rdb.(*redis.ClusterClient); ok {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		r.shards = shardChannelNames(r.prefix)
+		r.reload = cc.ReloadState
 		return newShardedHub(rdb, r.shards, r.log, onInval)
 	}
 	return newHub(rdb, r.channel(), r.log, onInval)

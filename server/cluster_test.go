@@ -284,3 +284,274 @@ func clusterFleet(t *testing.T, rc *redistest.Cluster, n int) *fleet {
 	}
 	return fl
 }
+
+// TestRedisClusterFailover: three coordd instances on a Redis Cluster of
+// three masters with a replica each, under steady traffic (callers on
+// every instance, on warm urls and on cold ones). The master serving a
+// key's slot, and shard channels, is killed (SIGKILL) while that key's
+// leader is fetching and followers wait for it on every instance; the
+// cluster promotes its replica. Meanwhile every call is answered within
+// its deadline (from L1, L2, or by in-process coordination: at most one
+// fetch per key per instance). Once the instances follow the promoted
+// replica (go-redis reloads its map of the slots), a cold key costs one
+// upstream request across the instances, every follower woken by a push.
+func TestRedisClusterFailover(t *testing.T) {
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
+	fl := failoverFleet(t, rc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Warm: in every instance's L1, and in L2.
+	warm := keyPaths("/warm", 8)
+	for _, err := range fl.burstWithin(ctx, warm, 1) {
+		t.Error(err)
+	}
+
+	// The leaders of these keys are fetching, their followers waiting on
+	// them through Redis, when the master of the first one's slot dies.
+	held := keyPaths("/held", 8)
+	victim := rc.MasterOf(t, "coordd:{"+fl.up.URL()+held[0]+"}:lock")
+	if chs, err := victim.Client(t).PubSubShardChannels(ctx, "*").Result(); err != nil || len(chs) == 0 {
+		t.Fatalf("PUBSUB SHARDCHANNELS on the victim = %v, %v; want the shard channels it serves", chs, err)
+	}
+	release := make(chan struct{})
+	for _, p := range held {
+		fl.up.Set(p, fakeupstream.Behavior{Block: release})
+	}
+	heldErrs := make(chan []error, 1)
+	go func() { heldErrs <- fl.burstWithin(ctx, held, 3) }()
+	for _, p := range held {
+		if err := fl.up.WaitCount(ctx, p, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the followers join; nothing signals a waiting gRPC caller
+	begin := time.Now()
+	victim.Kill()
+	close(release)
+
+	// Steady traffic while the cluster fails over, and until every
+	// instance is back on Redis: waves of warm and cold urls.
+	var during []string
+	stop := make(chan struct{})
+	waves := make(chan []error, 1)
+	go func() {
+		var errs []error
+		for w := 0; ; w++ {
+			select {
+			case <-stop:
+				waves <- errs
+				return
+			default:
+			}
+			cold := keyPaths(fmt.Sprintf("/wave%d", w), 4)
+			during = append(during, cold...)
+			errs = append(errs, fl.burstWithin(ctx, append(cold, warm...), 2)...)
+		}
+	}()
+	nu := rc.WaitFailover(t, victim)
+	failover := time.Since(begin)
+	fl.waitHealthy(t)
+	close(stop)
+	for _, err := range append(<-heldErrs, <-waves...) {
+		t.Error(err)
+	}
+	for _, p := range append(held, during...) {
+		for k, tr := range fl.fetches {
+			if got := tr.count(p); got > 1 {
+				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
+			}
+		}
+	}
+	for _, p := range warm {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("warm %s: upstream requests = %d; want 1 (served from L1 throughout)", p, got)
+		}
+	}
+
+	attempts := fl.waitCoordinated(t, ctx, nu)
+	t.Logf("master %s killed: replica %s promoted after %v, coordination restored after %v (%d extra attempts); %d cold keys during it, each fetched at most once per instance; Redis marked down %d times",
+		victim.Addr(), nu.Addr(), failover.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond), attempts, len(held)+len(during), fl.redisDowns())
+	fl.checkCoordinated(t, ctx, "/after")
+}
+
+// TestRedisClusterFailoverWithoutShardChannel: the killed master serves no
+// shard channel (their slots were moved off it first), so no subscription
+// breaks, and none is re-established, to make go-redis reload its map of
+// the slots, which would otherwise route the dead master's slots to it for
+// up to a minute: meanwhile the instances would believe Redis up (their
+// ping, keyless, is answered by a live master) while the keys of those
+// slots are coordinated in-process only. The instances must find the
+// promoted replica by themselves and coordinate again.
+func TestRedisClusterFailoverWithoutShardChannel(t *testing.T) {
+	rc := redistest.StartClusterWithReplicas(t, 3, 1)
+	fl := failoverFleet(t, rc)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	victim, other := rc.Node(0), rc.Node(1)
+	vc, oc := victim.Client(t), other.Client(t)
+	chs, err := vc.PubSubShardChannels(ctx, "*").Result()
+	if err != nil || len(chs) == 0 {
+		t.Fatalf("PUBSUB SHARDCHANNELS on node 0 = %v, %v; want the shard channels it serves", chs, err)
+	}
+	for _, ch := range chs {
+		rc.MoveSlot(t, rc.KeySlot(t, ch), other)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		subs, err := oc.PubSubShardNumSub(ctx, chs...).Result()
+		if err != nil {
+			return false
+		}
+		for _, ch := range chs {
+			if subs[ch] != int64(len(fl.instances)) {
+				return false
+			}
+		}
+		left, err := vc.PubSubShardChannels(ctx, "*").Result()
+		return err == nil && len(left) == 0
+	})
+
+	begin := time.Now()
+	victim.Kill()
+	// Callers of keys in the dead master's slots are answered by
+	// in-process coordination.
+	for _, err := range fl.burstWithin(ctx, keyPaths("/during", 12), 2) {
+		t.Error(err)
+	}
+	nu := rc.WaitFailover(t, victim)
+	failover := time.Since(begin)
+	fl.waitHealthy(t)
+	attempts := fl.waitCoordinated(t, ctx, nu)
+	t.Logf("master %s (no shard channel) killed: replica %s promoted after %v, coordination restored after %v (%d extra attempts); Redis marked down %d times",
+		victim.Addr(), nu.Addr(), failover.Round(time.Millisecond), time.Since(begin).Round(time.Millisecond), attempts, fl.redisDowns())
+	fl.checkCoordinated(t, ctx, "/after")
+}
+
+// failoverFleet starts three coordd instances on rc, with short Redis
+// timeouts and lease (fastRedis), each with its own cluster client and
+// counted upstream requests.
+func failoverFleet(t *testing.T, rc *redistest.Cluster) *fleet {
+	t.Helper()
+	fl := &fleet{up: fakeupstream.New(t)}
+	for range 3 {
+		tr := &countingTransport{n: make(map[string]int)}
+		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}}
+		fastRedis(&cfg)
+		countPerCall(&cfg)
+		rdb := rc.Client(t, func(o *redis.ClusterOptions) {
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
+			o.ContextTimeoutEnabled = true
+		})
+		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr})
+		fl.instances = append(fl.instances, in)
+		fl.clients = append(fl.clients, in.Dial(t))
+		fl.fetches = append(fl.fetches, tr)
+	}
+	return fl
+}
+
+// burstWithin is burst with every call's deadline failoverCallTimeout away.
+func (fl *fleet) burstWithin(ctx context.Context, paths []string, perInstance int) []error {
+	ctx, cancel := context.WithTimeout(ctx, failoverCallTimeout)
+	defer cancel()
+	return fl.burst(ctx, paths, perInstance)
+}
+
+// failoverCallTimeout is each call's deadline in the failover tests: a
+// follower whose leader could not announce its result waits out the lease
+// (fastRedis: 1s, plus jitter) before it fetches in-process.
+const failoverCallTimeout = 8 * time.Second
+
+// waitHealthy waits (at most 20s) until every instance believes Redis up.
+func (fl *fleet) waitHealthy(t *testing.T) {
+	t.Helper()
+	waitFor(t, 20*time.Second, func() bool {
+		for _, in := range fl.instances {
+			if !in.Coordinator.RedisHealthy() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (fl *fleet) redisDowns() (n int64) {
+	for _, in := range fl.instances {
+		n += in.Coordinator.RedisDowns()
+	}
+	return n
+}
+
+// waitCoordinated waits (at most 20s) until every instance is subscribed
+// on the shard channels of nu, a promoted replica, and a burst over keys of
+// every master is coordinated: one upstream request per key, every
+// follower pushed. It returns how many bursts were not. Any failed call
+// fails the test.
+func (fl *fleet) waitCoordinated(t *testing.T, ctx context.Context, nu *redistest.Server) (attempts int) {
+	t.Helper()
+	nuc := nu.Client(t)
+	waitFor(t, 20*time.Second, func() bool {
+		chs, err := nuc.PubSubShardChannels(ctx, "*").Result()
+		if err != nil {
+			return false
+		}
+		subs, err := nuc.PubSubShardNumSub(ctx, chs...).Result()
+		if err != nil {
+			return false
+		}
+		for _, ch := range chs {
+			if subs[ch] != int64(len(fl.instances)) {
+				return false
+			}
+		}
+		return true
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; attempts++ {
+		wakeups := fl.timerWakeups()
+		paths := keyPaths(fmt.Sprintf("/restore%d", attempts), 12)
+		fl.hold(ctx, paths, nil)
+		errs := fl.burstWithin(ctx, paths, 2)
+		for _, err := range errs {
+			t.Error(err)
+		}
+		ok := len(errs) == 0 && fl.timerWakeups() == wakeups
+		for _, p := range paths {
+			ok = ok && fl.up.Count(p) == 1
+		}
+		if ok {
+			return attempts
+		}
+		if time.Now().After(deadline) {
+			var counts []int
+			for _, p := range paths {
+				counts = append(counts, fl.up.Count(p))
+			}
+			var health []bool
+			for _, in := range fl.instances {
+				health = append(health, in.Coordinator.RedisHealthy())
+			}
+			t.Fatalf("coordination across instances not restored within 20s (%d attempts; the last: upstream requests %v, %d timer wakeups, healthy %v, %d downs)",
+				attempts+1, counts, fl.timerWakeups()-wakeups, health, fl.redisDowns())
+		}
+	}
+}
+
+// checkCoordinated bursts on 16 cold keys, 3 callers per instance, and
+// checks that each cost one upstream request, every follower pushed.
+func (fl *fleet) checkCoordinated(t *testing.T, ctx context.Context, prefix string) {
+	t.Helper()
+	wakeups := fl.timerWakeups()
+	paths := keyPaths(prefix, 16)
+	fl.hold(ctx, paths, nil)
+	for _, err := range fl.burstWithin(ctx, paths, 3) {
+		t.Error(err)
+	}
+	for _, p := range paths {
+		if got := fl.up.Count(p); got != 1 {
+			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+		}
+	}
+	if got := fl.timerWakeups() - wakeups; got != 0 {
+		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", got)
+	}
+}

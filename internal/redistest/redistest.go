@@ -50,9 +50,10 @@ var errAddrInUse = errors.New("redistest: address already in use")
 type Option func(*config)
 
 type config struct {
-	args     []string
-	cluster  bool   // run with --cluster-enabled yes on a second free port for the bus
-	sentinel string // run as a Sentinel with this configuration file
+	args        []string
+	cluster     bool          // run with --cluster-enabled yes on a second free port for the bus
+	nodeTimeout time.Duration // cluster: --cluster-node-timeout; 0: 5s
+	sentinel    string        // run as a Sentinel with this configuration file
 }
 
 // WithArgs appends command-line arguments to redis-server, after the ones
@@ -62,6 +63,15 @@ type config struct {
 // with NOAUTH; give its clients the password.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithClusterNodeTimeout sets a cluster node's --cluster-node-timeout
+// (default 5s): a node silent for that long is suspected, and once a
+// majority of masters agree, failed; a failed master's replica is promoted
+// about a second later. It applies to StartCluster and
+// StartClusterWithReplicas only.
+func WithClusterNodeTimeout(d time.Duration) Option {
+	return func(c *config) { c.nodeTimeout = d }
 }
 
 // TB is the part of testing.TB that Start needs. A *testing.T or
@@ -153,11 +163,15 @@ func Start(t TB, opts ...Option) *Server {
 			if err != nil {
 				t.Fatalf("redistest: pick a free port: %v", err)
 			}
+			timeout := cfg.nodeTimeout
+			if timeout <= 0 {
+				timeout = 5 * time.Second
+			}
 			s.args = append(s.args,
 				"--cluster-enabled", "yes",
 				"--cluster-port", strconv.Itoa(bus),
 				"--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "5000",
+				"--cluster-node-timeout", strconv.FormatInt(timeout.Milliseconds(), 10),
 			)
 		}
 		if cfg.sentinel != "" {
