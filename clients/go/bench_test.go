@@ -244,7 +244,7 @@ func BenchmarkDecode(b *testing.B) {
 					})
 				}},
 				benchMode{"zero-copy", func() (*Document, error) {
-					return receive(next(recvCodec{protoCodec}), nil)
+					return receive(next(recvCodec{protoCodec}), nil, 0)
 				}},
 			)
 		})

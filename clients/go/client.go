@@ -56,6 +56,11 @@ var (
 	// metadata's size (a body longer than that fails as soon as its excess
 	// arrives). It is not retried.
 	ErrBadStream = errors.New("coordd: malformed GetOrFetch stream")
+	// ErrBodyTooLarge reports a document whose metadata announces a body
+	// larger than WithMaxBodyBytes allows. Get fails as soon as the
+	// metadata arrives, before any chunk, and cancels the stream, so that
+	// coordd stops sending. It is not retried.
+	ErrBodyTooLarge = errors.New("coordd: body too large")
 )
 
 // serviceConfig spreads calls over every resolved address and leaves out
@@ -76,6 +81,7 @@ type Client struct {
 	api     coorddv1.CoordinatorServiceClient
 	target  string
 	timeout time.Duration // for calls whose context has no deadline; 0: none
+	maxBody int64         // the largest body Get accepts; 0: no limit
 	retry   RetryPolicy   // defaults applied
 	bucket  *throttle     // nil: retries are not throttled
 	breaker *breaker
@@ -86,6 +92,7 @@ type Option func(*options)
 
 type options struct {
 	timeout  time.Duration
+	maxBody  int64
 	retry    RetryPolicy
 	breaker  BreakerPolicy
 	dialOpts []grpc.DialOption
@@ -98,6 +105,13 @@ type options struct {
 // (30s). Zero or negative: no deadline beyond the context's.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = max(d, 0) }
+}
+
+// WithMaxBodyBytes makes Get refuse a document whose body is larger than n
+// bytes, with ErrBodyTooLarge, before receiving any of it: for a caller
+// that cannot hold more in memory. Default: 0, no limit.
+func WithMaxBodyBytes(n int64) Option {
+	return func(o *options) { o.maxBody = max(n, 0) }
 }
 
 // WithRetryPolicy sets how failed attempts are retried. Zero fields take
@@ -196,6 +210,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 		api:     coorddv1.NewCoordinatorServiceClient(cc),
 		target:  target,
 		timeout: o.timeout,
+		maxBody: o.maxBody,
 		retry:   retry,
 		bucket:  newThrottle(retry.MaxTokens, retry.TokenRatio),
 		breaker: newBreaker(target, o.breaker),

@@ -707,3 +707,82 @@ func TestChunkOfAnotherShape(t *testing.T) {
 		t.Errorf("body = %q; want %q", got, want)
 	}
 }
+
+// TestMaxBodyBytes checks WithMaxBodyBytes against a real coordd: a body of
+// exactly the limit arrives, one a byte larger fails at its first attempt
+// with ErrBodyTooLarge, and without the option that body arrives.
+func TestMaxBodyBytes(t *testing.T) {
+	up := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	const limit = 1 << 20
+	path := func(size int) string { return fmt.Sprintf("/size/%d", size) }
+	for _, size := range []int{limit, limit + 1} {
+		up.Set(path(size), fakeupstream.Behavior{Size: size})
+	}
+	ctx := context.Background()
+	a := newAttempts()
+	c := dial(t, in.Addr, a.option(), coordd.WithMaxBodyBytes(limit), coordd.WithRetryPolicy(quickRetries(4)))
+
+	doc, err := c.Get(ctx, up.URL()+path(limit))
+	if err != nil {
+		t.Fatalf("Get at the limit: %v", err)
+	}
+	if want := fakeupstream.SizedBody(path(limit), limit); !bytes.Equal(doc.Body, want) {
+		t.Errorf("body at the limit: got %d bytes; want the upstream's %d", len(doc.Body), len(want))
+	}
+
+	before := a.count()
+	_, err = c.Get(ctx, up.URL()+path(limit+1))
+	if !errors.Is(err, coordd.ErrBodyTooLarge) || !strings.Contains(err.Error(), fmt.Sprint(limit+1)) || !strings.Contains(err.Error(), fmt.Sprint(limit)) {
+		t.Fatalf("Get past the limit: err = %v; want ErrBodyTooLarge naming the size and the limit", err)
+	}
+	if n := a.count() - before; n != 1 {
+		t.Errorf("attempts past the limit = %d; want 1", n)
+	}
+
+	// The default is no limit.
+	doc, err = dial(t, in.Addr).Get(ctx, up.URL()+path(limit+1))
+	if err != nil {
+		t.Fatalf("Get without a limit: %v", err)
+	}
+	if len(doc.Body) != limit+1 {
+		t.Errorf("body without a limit: %d bytes; want %d", len(doc.Body), limit+1)
+	}
+}
+
+// TestMaxBodyBytesCancelsStream checks that a body announced above the
+// limit is refused on its metadata and its stream cancelled: the server
+// here streams chunks until its stream fails, which without the
+// cancellation it would not do before the deadline.
+func TestMaxBodyBytesCancelsStream(t *testing.T) {
+	ended := make(chan error, 1) // the stream context's error once sending failed
+	var chunks atomic.Int64
+	f := startFake(t, func(st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+		err := st.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: &coorddv1.Metadata{StatusCode: 200, Size: 1 << 40}}})
+		data := bytes.Repeat([]byte("x"), 1024)
+		for err == nil {
+			err = st.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: data}}})
+			chunks.Add(1)
+		}
+		ended <- st.Context().Err()
+		return err
+	})
+	// The deadline only bounds a failing test; it outlasts the wait below.
+	c := dial(t, f.addr, coordd.WithMaxBodyBytes(1<<20), coordd.WithRetryPolicy(quickRetries(4)), coordd.WithTimeout(30*time.Second))
+	_, err := c.Get(context.Background(), "https://docs.example/x")
+	if !errors.Is(err, coordd.ErrBodyTooLarge) || errors.Is(err, coordd.ErrBadStream) {
+		t.Fatalf("err = %v; want ErrBodyTooLarge", err)
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Errorf("attempts = %d; want 1", n)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("server's stream ended with %v; want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server was still streaming 10s after Get returned")
+	}
+	t.Logf("the server sent %d chunks of 1 KiB before the cancellation reached it", chunks.Load())
+}

@@ -40,7 +40,8 @@ type Document struct {
 // one, PERMISSION_DENIED for one outside every upstream or of an upstream
 // the token's tenant is not granted, UNAVAILABLE when the
 // upstream fails and no stale copy exists, DEADLINE_EXCEEDED), possibly
-// wrapped in ErrUnreachable or ErrCircuitOpen; or they wrap ErrBadStream.
+// wrapped in ErrUnreachable or ErrCircuitOpen; or they wrap ErrBadStream,
+// or ErrBodyTooLarge for a body above WithMaxBodyBytes.
 // Get retries per the Client's
 // RetryPolicy; an attempt that fails after part of the document arrived is
 // discarded whole and the next attempt starts over.
@@ -70,7 +71,8 @@ func (c *Client) Get(ctx context.Context, url string, opts ...CallOption) (*Docu
 // The body is allocated once, from the size the metadata announces (up to
 // maxPrealloc), and each chunk's data is copied straight into it from
 // gRPC's receive buffers (see recvCodec). A stream that sends more than
-// the announced size fails as soon as it does.
+// the announced size fails as soon as it does, and one announcing more than
+// the Client's maxBody fails on its metadata.
 func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, progress func(*coorddv1.Progress)) (*Document, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -78,12 +80,13 @@ func (c *Client) getOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest, p
 	if err != nil {
 		return nil, err
 	}
-	return receive(st.RecvMsg, progress)
+	return receive(st.RecvMsg, progress, c.maxBody)
 }
 
 // receive reassembles a document from the messages recvMsg stores, through
-// recvCodec, into a *response, until it returns io.EOF.
-func receive(recvMsg func(any) error, progress func(*coorddv1.Progress)) (*Document, error) {
+// recvCodec, into a *response, until it returns io.EOF. A metadata size
+// above maxBody, if positive, fails with ErrBodyTooLarge.
+func receive(recvMsg func(any) error, progress func(*coorddv1.Progress), maxBody int64) (*Document, error) {
 	d := &Document{}
 	var r response
 	for {
@@ -118,6 +121,9 @@ func receive(recvMsg func(any) error, progress func(*coorddv1.Progress)) (*Docum
 			size := ev.Metadata.GetSize()
 			if size < 0 {
 				return nil, badStream(fmt.Sprintf("metadata says size %d", size))
+			}
+			if maxBody > 0 && size > maxBody {
+				return nil, fmt.Errorf("%w: metadata says %d bytes; the limit is %d (WithMaxBodyBytes)", ErrBodyTooLarge, size, maxBody)
 			}
 			d.Metadata = ev.Metadata
 			d.Body = make([]byte, 0, min(size, maxPrealloc))

@@ -61,6 +61,32 @@ export class UnreachableError extends ConnectError {
   }
 }
 
+/**
+ * BodyTooLargeError reports a document whose metadata announces a body
+ * larger than the client's maxBodyBytes: get fails as soon as the metadata
+ * arrives, before any of the body, and cancels the stream, so that coordd
+ * stops sending. Its code is FailedPrecondition, the code coordd gives a
+ * body above its own max_body_bytes; it is not retried.
+ */
+export class BodyTooLargeError extends ConnectError {
+  /** size is the body's size, as the metadata announced it. */
+  readonly size: bigint;
+  /** limit is the client's maxBodyBytes. */
+  readonly limit: number;
+
+  constructor(size: bigint, limit: number) {
+    super(`coordd: body too large: metadata says ${size} bytes; the limit is ${limit} (maxBodyBytes)`, Code.FailedPrecondition);
+    this.size = size;
+    this.limit = limit;
+  }
+
+  // As for UnreachableError: ConnectError's own check would take every
+  // ConnectError for a BodyTooLargeError.
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return Function.prototype[Symbol.hasInstance].call(this, v);
+  }
+}
+
 /** RetryOptions say how a call is retried. Semantics of gRPC's retry design
  * (gRFC A6): an attempt failing with Unavailable or ResourceExhausted is
  * retried after a random wait in [0, min(baseDelayMs·2^(n-1), maxDelayMs))
@@ -105,6 +131,10 @@ export interface ClientOptions {
   /** timeoutMs is the default deadline of a call, every attempt and
    * backoff included. Default: DEFAULT_TIMEOUT_MS. 0: none. */
   timeoutMs?: number;
+  /** maxBodyBytes makes get refuse a document whose body is larger, with
+   * a BodyTooLargeError, before receiving any of it: for a caller that
+   * cannot hold more in memory. Default: 0, no limit. */
+  maxBodyBytes?: number;
 }
 
 /** GetOptions configure one get. */
@@ -144,6 +174,7 @@ export class CoorddClient {
   private readonly session: Http2SessionManager;
   private readonly retry: RetryOptions;
   private readonly timeoutMs: number;
+  private readonly maxBodyBytes: bigint; // 0n: no limit
 
   /** addr is host:port, or a base URL such as http://host:port. */
   constructor(addr: string = DEFAULT_ADDR, opts: ClientOptions = {}) {
@@ -166,6 +197,8 @@ export class CoorddClient {
     );
     this.retry = opts.retry ?? {};
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const max = opts.maxBodyBytes ?? 0;
+    this.maxBodyBytes = Number.isFinite(max) && max > 0 ? BigInt(Math.floor(max)) : 0n;
   }
 
   /**
@@ -183,7 +216,9 @@ export class CoorddClient {
    * signal aborts; with Internal when the
    * stream breaks its order or its body differs from the size its metadata
    * announced (a longer body fails as soon as its excess arrives; the body
-   * is allocated once from that size). Unavailable and ResourceExhausted are retried
+   * is allocated once from that size); with a BodyTooLargeError
+   * (FailedPrecondition) when the metadata announces more than
+   * maxBodyBytes. Unavailable and ResourceExhausted are retried
    * (see RetryOptions); an attempt that fails part-way is discarded whole.
    */
   async get(url: string, opts: GetOptions = {}): Promise<Document> {
@@ -211,6 +246,14 @@ export class CoorddClient {
     let metadata: Metadata | undefined;
     let body: BodyBuilder | undefined;
     const timeoutMs = deadline === Infinity ? undefined : Math.max(1, deadline - Date.now());
+    // Connect's stream iterator has no return(): leaving the loop early, on
+    // an error thrown below, would leave the HTTP/2 stream open, coordd
+    // still sending, until the deadline. So each attempt has its own
+    // signal, aborted when the attempt ends.
+    const attempt = new AbortController();
+    const cancel = (): void => attempt.abort(opts.signal?.reason);
+    opts.signal?.addEventListener("abort", cancel);
+    if (opts.signal?.aborted) cancel();
     try {
       const stream = this.rpc.getOrFetch(
         {
@@ -219,7 +262,7 @@ export class CoorddClient {
           noStale: opts.noStale ?? false,
           maxAge: opts.maxAgeMs === undefined ? undefined : durationFromMs(opts.maxAgeMs),
         },
-        { signal: opts.signal, timeoutMs, headers: opts.headers },
+        { signal: attempt.signal, timeoutMs, headers: opts.headers },
       );
       for await (const res of stream) {
         const ev = res.event;
@@ -232,6 +275,9 @@ export class CoorddClient {
           case "metadata":
             if (metadata) throw badStream("second metadata");
             if (ev.value.size < 0n) throw badStream(`metadata says size ${ev.value.size}`);
+            if (this.maxBodyBytes > 0n && ev.value.size > this.maxBodyBytes) {
+              throw new BodyTooLargeError(ev.value.size, Number(this.maxBodyBytes));
+            }
             metadata = ev.value;
             body = new BodyBuilder(Number(metadata.size));
             break;
@@ -246,6 +292,9 @@ export class CoorddClient {
     } catch (err) {
       const ce = ConnectError.from(err);
       throw lostConnection(ce, opts.signal) ? new UnreachableError(this.addr, ce) : ce;
+    } finally {
+      opts.signal?.removeEventListener("abort", cancel);
+      attempt.abort();
     }
     if (!metadata || !body) throw badStream("stream ended without metadata");
     const bytes = body.bytes();

@@ -8,12 +8,17 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 
-import { Code, ConnectError, CoorddClient, Role, Source, UnreachableError } from "../client.js";
+import { BodyTooLargeError, Code, ConnectError, CoorddClient, Role, Source, UnreachableError } from "../client.js";
 import { MAP_PATH, mapPage, searchResults } from "./fixtures.js";
 import { freePort, SERVER_JS, startCoordd, startFakeMDN, type Coordd, type FakeMDN } from "./harness.js";
 
 // BODY_SIZES are bodies around the server's 64 KiB chunks.
 const BODY_SIZES = [0, 1, 64 << 10, (64 << 10) + 1, 1 << 20];
+
+// LIMIT is the maxBodyBytes tested, with bodies of LIMIT_SIZES at
+// /limited/<size>.
+const LIMIT = 64 << 10;
+const LIMIT_SIZES = [LIMIT, LIMIT + 1, 1 << 20];
 
 /** sizedBody returns n bytes that differ from one offset to the next. */
 function sizedBody(n: number): Uint8Array {
@@ -33,7 +38,10 @@ before(async () => {
       "/en-US/docs/Crowd/Page": mapPage,
     },
     search: searchResults,
-    raw: Object.fromEntries(BODY_SIZES.map((n) => [`/sized/${n}`, sizedBody(n)])),
+    raw: Object.fromEntries([
+      ...BODY_SIZES.map((n) => [`/sized/${n}`, sizedBody(n)]),
+      ...LIMIT_SIZES.map((n) => [`/limited/${n}`, sizedBody(n)]),
+    ]),
     delayMs: 200, // long enough for concurrent calls to overlap
   });
   coordd = await startCoordd({ mdn: mdn.base });
@@ -97,6 +105,24 @@ describe("CoorddClient.get", () => {
           assert.ok(Buffer.from(doc.body).equals(Buffer.from(sizedBody(n))), `body of ${doc.body.length} bytes differs`);
         }
       });
+    }
+  });
+
+  test("maxBodyBytes admits a body of that size and refuses a larger one", async () => {
+    const limited = new CoorddClient(coordd.addr, { maxBodyBytes: LIMIT });
+    try {
+      const doc = await limited.get(`${mdn.base}/limited/${LIMIT}`);
+      assert.ok(Buffer.from(doc.body).equals(Buffer.from(sizedBody(LIMIT))), `body of ${doc.body.length} bytes differs`);
+      const err = await rejectsWithCode(limited.get(`${mdn.base}/limited/${LIMIT + 1}`), Code.FailedPrecondition);
+      assert.ok(err instanceof BodyTooLargeError, String(err));
+      assert.match(err.message, new RegExp(`${LIMIT + 1} bytes; the limit is ${LIMIT}`));
+    } finally {
+      limited.close();
+    }
+    // The default is no limit.
+    for (const n of [LIMIT + 1, 1 << 20]) {
+      const doc = await client.get(`${mdn.base}/limited/${n}`);
+      assert.equal(doc.body.length, n);
     }
   });
 

@@ -1,5 +1,6 @@
 // CoorddClient.get against a stub gRPC server that streams a scripted
-// GetOrFetch answer: bodies that do not match their metadata's size.
+// GetOrFetch answer: bodies that do not match their metadata's size, or
+// that exceed the client's maxBodyBytes.
 
 import assert from "node:assert/strict";
 import { createServer, type Http2Server } from "node:http2";
@@ -8,10 +9,12 @@ import { after, before, test } from "node:test";
 
 import { create, toBinary } from "@bufbuild/protobuf";
 
-import { Code, ConnectError, CoorddClient, GetOrFetchResponseSchema, type GetOrFetchResponse } from "../client.js";
+import { BodyTooLargeError, Code, ConnectError, CoorddClient, GetOrFetchResponseSchema, type GetOrFetchResponse } from "../client.js";
 
 let server: Http2Server;
 let addr = "";
+const calls = new Map<string, number>(); // x-test-id header → calls
+const closed = new Set<string>(); // x-test-id of the calls whose stream closed
 
 /** envelope frames msg as one gRPC message. */
 function envelope(msg: GetOrFetchResponse): Uint8Array {
@@ -32,6 +35,9 @@ const chunk = envelope(create(GetOrFetchResponseSchema, { event: { case: "chunk"
 // chunks of 1 KiB ("endless": until the client goes away).
 before(async () => {
   server = createServer((req, res) => {
+    const id = String(req.headers["x-test-id"]);
+    calls.set(id, (calls.get(id) ?? 0) + 1);
+    res.once("close", () => closed.add(id));
     req.resume();
     req.on("end", () => {
       res.writeHead(200, { "content-type": "application/grpc+proto" });
@@ -94,6 +100,34 @@ test("a body of the announced size, in several chunks, is reassembled", async ()
     const doc = await client.get("http://mdn.test/x", { headers: { "x-size": "3072", "x-chunks": "3" } });
     assert.equal(doc.body.length, 3072);
     assert.ok(doc.body.every((b) => b === 120), "body bytes differ");
+  } finally {
+    client.close();
+  }
+});
+
+test("a body announced above maxBodyBytes fails on its metadata, and its stream is cancelled", { timeout: 30_000 }, async () => {
+  // Retries allowed, and a deadline that outlasts the wait below: only the
+  // client's cancellation can end the endless stream in time.
+  const client = new CoorddClient(addr, { maxBodyBytes: 2048, retry: { attempts: 4, baseDelayMs: 1 }, timeoutMs: 60_000 });
+  const id = "too large";
+  try {
+    const err = await client.get("http://mdn.test/x", { headers: { "x-test-id": id, "x-size": "2049", "x-chunks": "endless" } }).then(
+      () => assert.fail("resolved"),
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof BodyTooLargeError, String(err));
+    assert.equal(Code[err.code], Code[Code.FailedPrecondition]);
+    assert.equal(err.size, 2049n);
+    assert.equal(err.limit, 2048);
+    assert.match(err.message, /2049 bytes; the limit is 2048/);
+    assert.equal(calls.get(id), 1, "retried");
+    for (const deadline = Date.now() + 10_000; !closed.has(id); await new Promise((r) => setTimeout(r, 20))) {
+      assert.ok(Date.now() < deadline, "the server's stream was still open 10 s after get failed");
+    }
+
+    // A body of exactly the limit is accepted.
+    const doc = await client.get("http://mdn.test/x", { headers: { "x-test-id": "at the limit", "x-size": "2048", "x-chunks": "2" } });
+    assert.equal(doc.body.length, 2048);
   } finally {
     client.close();
   }
