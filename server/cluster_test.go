@@ -332,37 +332,15 @@ func TestRedisClusterFailover(t *testing.T) {
 
 	// Steady traffic while the cluster fails over, and until every
 	// instance is back on Redis: waves of warm and cold urls.
-	var during []string
-	stop := make(chan struct{})
-	waves := make(chan []error, 1)
-	go func() {
-		var errs []error
-		for w := 0; ; w++ {
-			select {
-			case <-stop:
-				waves <- errs
-				return
-			default:
-			}
-			cold := keyPaths(fmt.Sprintf("/wave%d", w), 4)
-			during = append(during, cold...)
-			errs = append(errs, fl.burstWithin(ctx, append(cold, warm...), 2)...)
-		}
-	}()
+	stop := fl.waves(ctx, warm, fl.burstWithin)
 	nu := rc.WaitFailover(t, victim)
 	failover := time.Since(begin)
 	fl.waitHealthy(t)
-	close(stop)
-	for _, err := range append(<-heldErrs, <-waves...) {
+	during, errs := stop()
+	for _, err := range append(<-heldErrs, errs...) {
 		t.Error(err)
 	}
-	for _, p := range append(held, during...) {
-		for k, tr := range fl.fetches {
-			if got := tr.count(p); got > 1 {
-				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
-			}
-		}
-	}
+	fl.checkFetchedAtMostOnce(t, append(held, during...))
 	for _, p := range warm {
 		if got := fl.up.Count(p); got != 1 {
 			t.Errorf("warm %s: upstream requests = %d; want 1 (served from L1 throughout)", p, got)

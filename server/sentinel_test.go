@@ -98,6 +98,49 @@ func (fl *fleet) hold(ctx context.Context, paths []string, during func()) {
 	}()
 }
 
+// waves sends waves of 4 cold keys, each with also, through burst (2
+// calls per instance for each key) until the returned stop is called; stop
+// returns every cold key sent and every failure.
+func (fl *fleet) waves(ctx context.Context, also []string, burst func(context.Context, []string, int) []error) (stop func() (cold []string, errs []error)) {
+	type result struct {
+		cold []string
+		errs []error
+	}
+	quit, done := make(chan struct{}), make(chan result, 1)
+	go func() {
+		var r result
+		for w := 0; ; w++ {
+			select {
+			case <-quit:
+				done <- r
+				return
+			default:
+			}
+			cold := keyPaths(fmt.Sprintf("/wave%d", w), 4)
+			r.cold = append(r.cold, cold...)
+			r.errs = append(r.errs, burst(ctx, append(cold, also...), 2)...)
+		}
+	}()
+	return func() ([]string, []error) {
+		close(quit)
+		r := <-done
+		return r.cold, r.errs
+	}
+}
+
+// checkFetchedAtMostOnce fails the test if an instance fetched one of
+// paths more than once.
+func (fl *fleet) checkFetchedAtMostOnce(t *testing.T, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		for k, tr := range fl.fetches {
+			if got := tr.count(p); got > 1 {
+				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
+			}
+		}
+	}
+}
+
 func (fl *fleet) timerWakeups() (n int64) {
 	for _, in := range fl.instances {
 		n += in.Coordinator.TimerWakeups()
@@ -172,46 +215,17 @@ func TestSentinelFailover(t *testing.T) {
 
 	// Waves of cold keys while the sentinels fail over, and until every
 	// instance is back on Redis.
-	var during []string
-	stop := make(chan struct{})
-	waves := make(chan []error, 1)
-	go func() {
-		var errs []error
-		for w := 0; ; w++ {
-			select {
-			case <-stop:
-				waves <- errs
-				return
-			default:
-			}
-			paths := keyPaths(fmt.Sprintf("/wave%d", w), 4)
-			during = append(during, paths...)
-			errs = append(errs, fl.burst(ctx, paths, 2)...)
-		}
-	}()
+	stop := fl.waves(ctx, nil, fl.burst)
 	begin := time.Now()
 	nu := s.WaitFailover(t, old)
 	failover := time.Since(begin)
-	waitFor(t, 10*time.Second, func() bool {
-		for _, in := range fl.instances {
-			if !in.Coordinator.RedisHealthy() {
-				return false
-			}
-		}
-		return true
-	})
+	fl.waitHealthy(t)
 	recovered := time.Since(begin)
-	close(stop)
-	for _, err := range append(<-heldErrs, <-waves...) {
+	during, errs := stop()
+	for _, err := range append(<-heldErrs, errs...) {
 		t.Error(err)
 	}
-	for _, p := range append(held, during...) {
-		for k, tr := range fl.fetches {
-			if got := tr.count(p); got > 1 {
-				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
-			}
-		}
-	}
+	fl.checkFetchedAtMostOnce(t, append(held, during...))
 	if nu == old {
 		t.Fatalf("the sentinels kept the killed master")
 	}
