@@ -33,7 +33,7 @@ check-generated:
 		exit 1; \
 	fi && echo "check-generated: gen/ is up to date."
 
-.PHONY: test test-ts deps run build soak bench report
+.PHONY: test test-ts deps run build soak bench report stress-test stress-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible) and the TypeScript
@@ -113,3 +113,33 @@ report: deps
 # soak repeats the concurrency and fault tests many times under -race.
 soak: deps
 	$(GO) test -race -count=20 -timeout 60m -run 'Stampede|Redis|Lock|Leader|Subscription|ManyKeys|Watchdog|StaleRefreshed|MaxAge|SingleNode|RateLimit|Breaker|Invalidate|FailedL2|LateFail|OlderL2|Bypass|Inline|Uncacheable|FailedRefresh|CustomKey' ./server/ ./coordinator/
+
+# stress-test runs the whole Go suite under -race STRESS_RUNS times in a
+# row (default 5) while stress-ng keeps every core busy, as on a small,
+# busy CI machine. It is not part of make test. Each run's result is
+# printed; the target fails if any run failed. STRESS_ARGS narrows it
+# (e.g. STRESS_ARGS='-run Lock ./server/').
+STRESS_RUNS ?= 5
+STRESS_ARGS ?= ./...
+stress-test: deps stress-deps
+	@stress-ng --cpu $$(nproc) --timeout 0 --quiet & hog=$$!; \
+	trap 'kill $$hog 2>/dev/null' EXIT; \
+	failed=0; \
+	for i in $$(seq 1 $(STRESS_RUNS)); do \
+		start=$$(date +%s); \
+		if $(GO) test -race -count=1 -timeout 20m $(STRESS_ARGS) > .stress-run-$$i.log 2>&1; then r=PASS; else r=FAIL; failed=$$((failed+1)); fi; \
+		echo "stress-test run $$i/$(STRESS_RUNS): $$r in $$(( $$(date +%s) - start ))s (log: .stress-run-$$i.log)"; \
+		grep -E '^(--- FAIL|FAIL|panic:)' .stress-run-$$i.log | head -20 || true; \
+	done; \
+	echo "stress-test: $$(( $(STRESS_RUNS) - failed ))/$(STRESS_RUNS) runs passed"; \
+	test $$failed -eq 0
+
+stress-deps:
+	@if ! command -v stress-ng >/dev/null 2>&1; then \
+		echo "stress-ng not found; installing it with apt-get"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq stress-ng >/dev/null); then \
+			echo "error: make stress-test needs stress-ng (Debian/Ubuntu: apt-get install stress-ng) and could not install it." >&2; \
+			exit 1; \
+		fi; \
+	fi
