@@ -103,8 +103,14 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 	case err == nil && len(res) != 2:
 		err = fmt.Errorf("%w: lock script answered %v", ErrRedisUnavailable, res)
 	case err == nil && asInt(res[0]) == 0:
-		r.m.Lock("contended")
 		holder, _ = res[1].(string)
+		if holder == l.token {
+			// go-redis replayed the script after the connection dropped
+			// with the first run's reply (MaxRetries): the lock the replay
+			// found is the one that run took, this lease.
+			break
+		}
+		r.m.Lock("contended")
 		return nil, holder, nil
 	}
 	if err != nil {

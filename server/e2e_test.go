@@ -302,9 +302,9 @@ func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
 	cfg := coordinator.Config{Now: clk.Now, Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL(), TTL: time.Minute}}}
 	countPerCall(&cfg)
 	const path = "/late-land"
-	proxy := startReplyHolder(t, rs.Addr(), "mget", path)
+	proxy := redistest.StartProxy(t, rs.Addr())
 	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	b := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -319,9 +319,9 @@ func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
 	if err := up.WaitCount(ctx, path, 1); err != nil {
 		t.Fatal(err)
 	}
-	proxy.armed.Store(true)
+	held, releaseB := proxy.HoldNext("mget", path)
 	go get(cb, rb)
-	waitFor(t, 10*time.Second, func() bool { return !proxy.armed.Load() }) // b's L2 read ran: a miss
+	<-held // b's L2 read ran: a miss
 	close(release)
 	if o := <-ra; o.err != nil {
 		t.Fatal(o.err)
@@ -330,7 +330,7 @@ func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
 	(&cluster{redis: rs}).waitUnlocked(t, up.URL()+path) // a landed
 	clk.Advance(2 * time.Minute)                         // past the TTL, inside the stale window
 	up.Set(path, fakeupstream.Status(503))
-	proxy.release() // b learns of its miss, and finds the lock free
+	releaseB() // b learns of its miss, and finds the lock free
 	o := <-rb
 	if o.err != nil || !o.doc.Meta.GetStale() || !bytes.Equal(o.doc.Body, want) {
 		t.Fatalf("b: %v, %+v; want the stale copy a landed", o.err, o.doc)

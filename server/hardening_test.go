@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,98 +73,6 @@ func TestFailedL2WriteWakesFollowers(t *testing.T) {
 	}
 }
 
-// replyHolder is a TCP proxy in front of Redis that, once armed, holds
-// back the reply to the first command containing every one of match:
-// the command runs, its reply is lost to the client.
-type replyHolder struct {
-	target string
-	match  [][]byte
-	armed  atomic.Bool
-	hold   chan struct{} // closed (release) to let held replies through
-	once   sync.Once
-	addr   string
-	// freeze holds back every reply on every connection while set: Redis
-	// looks frozen to this client only.
-	freeze atomic.Bool
-}
-
-func startReplyHolder(t *testing.T, target string, match ...string) *replyHolder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyHolder{target: target, hold: make(chan struct{}), addr: ln.Addr().String()}
-	for _, m := range match {
-		p.match = append(p.match, []byte(m))
-	}
-	t.Cleanup(func() { p.release(); ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.pipe(c)
-		}
-	}()
-	return p
-}
-
-// release lets held replies through, now and from now on.
-func (p *replyHolder) release() { p.once.Do(func() { close(p.hold) }) }
-
-func (p *replyHolder) pipe(c net.Conn) {
-	defer c.Close()
-	s, err := net.Dial("tcp", p.target)
-	if err != nil {
-		return
-	}
-	defer s.Close()
-	var holding atomic.Bool
-	go func() {
-		defer s.Close()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			if p.armed.Load() && p.matches(buf[:n]) && p.armed.CompareAndSwap(true, false) {
-				holding.Store(true)
-			}
-			if _, err := s.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := s.Read(buf)
-		if err != nil {
-			return
-		}
-		if holding.Load() {
-			<-p.hold
-		}
-		for p.freeze.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if _, err := c.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-func (p *replyHolder) matches(b []byte) bool {
-	for _, m := range p.match {
-		if !bytes.Contains(b, m) {
-			return false
-		}
-	}
-	return true
-}
-
 // TestLostLockReplyStillWakesFollowers: the reply to instance 0's lock
 // request is lost (the command ran; the reply never came back within the
 // timeout), so it leads holding a lock it does not know it has. Its
@@ -177,8 +84,8 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	slowLease(&cfg)
 	const path = "/lost-reply"
-	proxy := startReplyHolder(t, rs.Addr(), "lock", path)
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	proxy := redistest.StartProxy(t, rs.Addr())
+	a := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
 	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -189,7 +96,7 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	}
 	release := make(chan struct{})
 	up.Set(path, fakeupstream.Behavior{Block: release})
-	proxy.armed.Store(true)
+	held, _ := proxy.HoldNext("lock", path)
 	get := func(c coorddv1.CoordinatorServiceClient, who string, out chan<- error) {
 		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
 		if err == nil && !bytes.Equal(d.Body, up.Body(path)) {
@@ -202,11 +109,7 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	if err := up.WaitCount(ctx, path, 1); err != nil {
 		t.Fatal(err)
 	}
-	rdb := rs.Client(t)
-	waitFor(t, 10*time.Second, func() bool {
-		keys, _ := rdb.Keys(ctx, "coordd*lock*").Result()
-		return len(keys) == 1 // the lock command ran, its reply lost
-	})
+	<-held // the lock command ran, its reply lost
 	go get(cb, "follower", follower)
 	time.Sleep(200 * time.Millisecond) // let the follower subscribe
 	close(release)
@@ -657,8 +560,8 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	up := fakeupstream.New(t)
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	fastRedis(&cfg)
-	proxy := startReplyHolder(t, rs.Addr())
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: "redis://" + proxy.addr, Config: cfg})
+	proxy := redistest.StartProxy(t, rs.Addr())
+	a := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
 	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -683,7 +586,7 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 		}
 	}()
 
-	proxy.freeze.Store(true) // instance a finds Redis down and leads in-process
+	proxy.Freeze(true) // instance a finds Redis down and leads in-process
 	resA := make(chan error, 1)
 	go func() {
 		_, err := coorddtest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: url})
@@ -696,7 +599,7 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	if err := up.WaitCount(ctx, path, 2); err != nil {
 		t.Fatal(err)
 	}
-	proxy.freeze.Store(false) // Redis is back for a before its fetch lands
+	proxy.Freeze(false) // Redis is back for a before its fetch lands
 	waitFor(t, 10*time.Second, a.Coordinator.RedisHealthy)
 	close(relA)
 	if err := <-resA; err != nil {
