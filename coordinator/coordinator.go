@@ -653,7 +653,7 @@ func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, c
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
 	err := r.always(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
-		landed, err = landScript.Run(ctx, r.rdb,
+		landed, err = r.runOnce(ctx, landScript, r.docKey(id),
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
 			token, f.gen, enc, ttl.Milliseconds(), channel, msg).Int64()
 		if err == nil && landed == 1 {
@@ -687,7 +687,7 @@ func (c *Coordinator) handOff(l *lease, ev event) {
 	payload := ev.encode()
 	channel, msg := r.scriptPublish(payload)
 	_ = r.always(ctx, 0, func(ctx context.Context) error {
-		if err := handOffScript.Run(ctx, r.rdb, []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
+		if err := r.runOnce(ctx, handOffScript, l.lockKey(), []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
 			return err
 		}
 		return r.announce(ctx, ev.Key, payload)
@@ -727,7 +727,7 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	payload := event{Type: evInval, Key: t.id}.encode()
 	channel, msg := r.scriptPublish(payload)
 	err := r.op(ctx, func(ctx context.Context) (err error) {
-		existed, err = invalidateScript.Run(ctx, r.rdb, []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
+		existed, err = r.runOnce(ctx, invalidateScript, r.docKey(t.id), []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
 			channel, msg, c.genTTL.Milliseconds()).Int64()
 		if err == nil {
 			err = r.announce(ctx, t.id, payload)

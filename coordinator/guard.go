@@ -145,7 +145,7 @@ local function fmt(n) return string.format('%.0f', n) end
 // µs, probe slots, probe lease µs, key ttl ms. It returns {verdict, wait
 // µs, gen, the state it changed to (empty if none), probe slot, backoff
 // µs}.
-var admitScript = redis.NewScript(luaNow + `
+var admitScript = replaySafe(luaNow + `
 local h = KEYS[1]
 local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probes, lease, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -192,7 +192,7 @@ return {'ok', at - now, gen, changed, slot, boff}
 // backoff µs, failure threshold, failure rate, min requests, window µs,
 // open for µs, close after, probe slots, key ttl ms. It returns {the
 // state before, the state it changed to (empty if none)}.
-var recordScript = redis.NewScript(luaNow + `
+var recordScript = replaySafe(luaNow + `
 local h = KEYS[1]
 local o, gen, slot, boff = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local threshold, rate, minreq = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -307,7 +307,7 @@ func (g *redisGuard) admit(ctx context.Context, maxWait time.Duration) (admissio
 	args = append(args, maxWait.Microseconds(), g.p.Breaker.HalfOpenProbes, g.lease, g.ttl)
 	var res []any
 	err := g.rl.op(ctx, func(ctx context.Context) (err error) {
-		res, err = admitScript.Run(ctx, g.rl.rdb, []string{g.key}, args...).Slice()
+		res, err = g.rl.runOnce(ctx, admitScript, g.key, []string{g.key}, args...).Slice()
 		return err
 	})
 	if err != nil {
@@ -340,7 +340,7 @@ func (g *redisGuard) record(ctx context.Context, a admission, o outcome, backoff
 	args := append([]any{g.clock(), code, a.gen, a.probe, backoff.Microseconds()}, g.recordArgs...)
 	var res []any
 	err := g.rl.op(ctx, func(ctx context.Context) (err error) {
-		res, err = recordScript.Run(ctx, g.rl.rdb, []string{g.key}, args...).Slice()
+		res, err = g.rl.runOnce(ctx, recordScript, g.key, []string{g.key}, args...).Slice()
 		return err
 	})
 	if err != nil || len(res) != 2 {

@@ -15,6 +15,12 @@ import (
 // hash tag, so they run in Redis Cluster too. A script that publishes takes
 // the channel as an argument and publishes nothing when it is "" (Redis
 // Cluster, where the caller SPUBLISHes afterwards: see shard.go).
+//
+// go-redis replays a command whose connection dropped before its reply
+// came back (Options.MaxRetries), so each script may run twice. The lock
+// script's replay names our own token, which tryLock takes for our lease;
+// extendScript is idempotent; the others change or publish something
+// each time they run, so they are replaySafe and run with runOnce.
 var (
 	// lockScript takes the fill lock, or names its holder: {1, token} or
 	// {0, holder's token}.
@@ -33,7 +39,7 @@ return {0, redis.call("get", KEYS[1]) or ""}`)
 	//
 	// KEYS: target, lock, gen, doc. ARGV: token, gen read ("?": unknown),
 	// value, ttl ms, channel, event.
-	landScript = redis.NewScript(`
+	landScript = replaySafe(`
 local mine = redis.call("get", KEYS[2]) == ARGV[1]
 if not mine then
   if ARGV[2] == "?" or (redis.call("get", KEYS[3]) or "") ~= ARGV[2] then return 0 end
@@ -45,14 +51,14 @@ if ARGV[5] ~= "" then redis.call("publish", ARGV[5], ARGV[6]) end
 return 1`)
 	// handOffScript releases the lock if ours and publishes an event.
 	// KEYS: lock. ARGV: token, channel, event.
-	handOffScript = redis.NewScript(`
+	handOffScript = replaySafe(`
 if redis.call("get", KEYS[1]) == ARGV[1] then redis.call("del", KEYS[1]) end
 if ARGV[2] ~= "" then redis.call("publish", ARGV[2], ARGV[3]) end
 return 1`)
 	// invalidateScript deletes the document and the lock, bumps the
 	// generation (fencing every fill in flight) and publishes inval.
 	// KEYS: doc, lock, gen. ARGV: channel, event, gen ttl ms.
-	invalidateScript = redis.NewScript(`
+	invalidateScript = replaySafe(`
 local existed = redis.call("del", KEYS[1])
 redis.call("del", KEYS[2])
 redis.call("incr", KEYS[3])
@@ -60,6 +66,38 @@ redis.call("pexpire", KEYS[3], ARGV[3])
 if ARGV[1] ~= "" then redis.call("publish", ARGV[1], ARGV[2]) end
 return existed`)
 )
+
+// replaySafe returns a script that runs body at most once per receipt:
+// its last key, which the caller makes fresh for each run (runOnce). A
+// second run with the same receipt (go-redis replaying the command after
+// the connection dropped with the first reply) answers the first run's
+// reply and changes nothing. The last ARGV is how long the receipt is
+// kept, in ms. The receipt is written by the run it records, so it
+// replicates, and survives a failover, together with that run's effects.
+// Lua numbers are doubles: replies hold integers below 2^53.
+func replaySafe(body string) *redis.Script {
+	return redis.NewScript(`
+local receipt = KEYS[#KEYS]
+if redis.call("exists", receipt) == 1 then return cmsgpack.unpack(redis.call("get", receipt)) end
+local reply = (function()
+` + body + `
+end)()
+redis.call("set", receipt, cmsgpack.pack(reply), "PX", ARGV[#ARGV])
+return reply`)
+}
+
+// runOnce runs s, a replaySafe script, with a fresh receipt in the slot of
+// tagged (a key with the hash tag of keys), kept for a minute past ctx's
+// deadline: longer than go-redis may go on replaying it.
+func (r *redisLayer) runOnce(ctx context.Context, s *redis.Script, tagged string, keys []string, args ...any) *redis.Cmd {
+	keep := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		keep += time.Until(dl)
+	}
+	keys = append(keys[:len(keys):len(keys)], tagged+":receipt:"+newToken())
+	args = append(args[:len(args):len(args)], keep.Milliseconds())
+	return s.Run(ctx, r.rdb, keys, args...)
+}
 
 // lease is a fill lock this instance holds, or may hold: when the reply
 // to the lock request was lost, the lease is kept (uncertain) so that its

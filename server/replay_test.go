@@ -3,9 +3,14 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
@@ -150,5 +155,280 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 	fl.checkPushOnly(t)
 	if got := fl.up.Count(path); got != 1 {
 		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+// events counts the events published about one url, by type.
+type events struct {
+	rdb    *redis.Client
+	url    string
+	mu     sync.Mutex
+	counts map[string]int
+	marks  chan string
+}
+
+func watchEvents(t *testing.T, rs *redistest.Server, url string) *events {
+	t.Helper()
+	ev := &events{rdb: rs.Client(t), url: url, counts: make(map[string]int), marks: make(chan string, 1)}
+	sub := ev.rdb.Subscribe(context.Background(), "coordd:events")
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(context.Background()); err != nil { // subscribed
+		t.Fatal(err)
+	}
+	go func() {
+		for m := range sub.Channel() {
+			if strings.HasPrefix(m.Payload, "mark:") {
+				ev.marks <- m.Payload
+				continue
+			}
+			if !strings.Contains(m.Payload, `"k":"`+url+`"`) {
+				continue
+			}
+			for _, typ := range []string{"done", "fail", "release", "inval"} {
+				if strings.Contains(m.Payload, `"t":"`+typ+`"`) {
+					ev.mu.Lock()
+					ev.counts[typ]++
+					ev.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return ev
+}
+
+// count returns how many events of typ were published before count was
+// called: a mark published now arrives after every one of them.
+func (ev *events) count(t *testing.T, typ string) int {
+	t.Helper()
+	mark := "mark:" + typ
+	if err := ev.rdb.Publish(context.Background(), "coordd:events", mark).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-ev.marks; got != mark {
+		t.Fatalf("mark %q; want %q", got, mark)
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	return ev.counts[typ]
+}
+
+// TestLandReplyLostWithConnection: the landing's connection drops before
+// its reply. The replay answers the first run's "landed" and publishes
+// nothing more: one done event, no release, followers pushed. It used to
+// store and publish the document again.
+func TestLandReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, nil)
+	const path = "/dropped-land"
+	url := fl.up.URL() + path
+	ev := watchEvents(t, fl.rs, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	// no-cache: the leader lands before it answers its callers, so its
+	// answer comes after the landing and its replay.
+	fl.up.Set(path, fakeupstream.Behavior{Block: release}.WithHeader("Cache-Control", "no-cache"))
+	dropped := fl.proxy.DropNext(path+"}:lock", path+"}:gen")
+	leader := make(chan error, 1)
+	go func() {
+		_, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: url})
+		leader <- err
+	}()
+	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	follower := make(chan error, 1)
+	go func() {
+		d, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url})
+		if err == nil && !bytes.Equal(d.Body, fl.up.Body(path)) {
+			err = errShape("follower: wrong body")
+		}
+		follower <- err
+	}()
+	fl.waitFollowing(t, 1)
+	close(release)
+	<-dropped
+	if err := <-leader; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-follower; err != nil {
+		t.Fatal(err)
+	}
+	fl.checkPushOnly(t)
+	if n := ev.count(t, "done"); n != 1 {
+		t.Fatalf("%d done events; want 1 (the replay published again)", n)
+	}
+	if n := ev.count(t, "release"); n != 0 {
+		t.Fatalf("%d release events; want none (the replay was taken for a refused landing)", n)
+	}
+	if got := fl.up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+// noRetries makes each call one upstream attempt, and lets one failure
+// open the breaker when threshold is 1.
+func noRetries(threshold int) func(*coordinator.Config) {
+	return func(c *coordinator.Config) {
+		p := &c.Upstreams[0].Protection
+		p.Retry.MaxAttempts = 1
+		p.Breaker.FailureThreshold = threshold
+		p.Breaker.FailureRate = -1
+	}
+}
+
+// TestHandOffReplyLostWithConnection: a failed fetch's hand-off (release
+// the lock, publish fail) loses its reply with its connection. The
+// follower on the other instance gets the error pushed, once.
+func TestHandOffReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, noRetries(-1))
+	const path = "/dropped-handoff"
+	url := fl.up.URL() + path
+	ev := watchEvents(t, fl.rs, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	fl.up.Set(path, fakeupstream.Behavior{Block: release, Status: 503})
+	dropped := fl.proxy.DropNext(path+"}:lock", "coordd:events")
+	leader := make(chan error, 1)
+	go func() {
+		_, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: url})
+		leader <- err
+	}()
+	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	follower := make(chan error, 1)
+	go func() {
+		_, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url})
+		follower <- err
+	}()
+	fl.waitFollowing(t, 1)
+	close(release)
+	<-dropped
+	if err := <-leader; status.Code(err) != codes.Unavailable {
+		t.Fatalf("leader: %v; want Unavailable", err)
+	}
+	if err := <-follower; status.Code(err) != codes.Unavailable {
+		t.Fatalf("follower: %v; want the leader's Unavailable, pushed", err)
+	}
+	fl.checkPushOnly(t)
+	if n := ev.count(t, "fail"); n != 1 {
+		t.Fatalf("%d fail events; want 1 (the replay published again)", n)
+	}
+	if got := fl.up.Count(path); got != 1 {
+		t.Fatalf("upstream requests = %d; want 1", got)
+	}
+}
+
+// TestInvalidateReplyLostWithConnection: Invalidate's connection drops
+// before its reply. The replay answers what the first run found (the
+// document existed), and publishes no second inval. It used to answer
+// existed=false: the first run had deleted it.
+func TestInvalidateReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, nil)
+	const path = "/dropped-invalidate"
+	url := fl.up.URL() + path
+	ev := watchEvents(t, fl.rs, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
+		t.Fatal(err)
+	}
+	dropped := fl.proxy.DropNext(path+"}:doc", path+"}:lock", path+"}:gen")
+	resp, err := fl.clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-dropped
+	if !resp.GetExisted() {
+		t.Fatal("existed = false; want true: the first run deleted the document")
+	}
+	if n := ev.count(t, "inval"); n != 1 {
+		t.Fatalf("%d inval events; want 1 (the replay published again)", n)
+	}
+}
+
+// TestBreakerRecordReplyLostWithConnection: recording a failed attempt in
+// the shared breaker loses its reply with its connection. The replay does
+// not count the failure twice: with a threshold of 2 the breaker stays
+// closed after one failure, and the next fetch reaches the upstream. It
+// used to open the breaker.
+func TestBreakerRecordReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, noRetries(2))
+	const failing, next = "/dropped-record", "/after-record"
+	fl.up.Set(failing, fakeupstream.Status(503))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dropped := fl.proxy.DropNext("protect:{fake}", "\r\n$1\r\nf\r\n") // the record of a failure
+	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failing fetch: %v; want Unavailable", err)
+	}
+	<-dropped
+	d, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + next})
+	if err != nil {
+		t.Fatalf("next fetch: %v; want it let through: one failure, below the threshold of 2", err)
+	}
+	if !bytes.Equal(d.Body, fl.up.Body(next)) {
+		t.Fatal("next fetch: wrong body")
+	}
+}
+
+// TestBreakerProbeAdmitReplyLostWithConnection: the admission of the
+// half-open breaker's one probe loses its reply with its connection. The
+// replay answers the slot the first run took: the probe goes out. It used
+// to find the probe slot taken (by itself) and fail the fetch as if the
+// breaker were open, holding the slot until its lease ended.
+func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, func(c *coordinator.Config) {
+		noRetries(1)(c)
+		c.Upstreams[0].Protection.Breaker.OpenFor = time.Millisecond
+	})
+	const failing, probe = "/opens-breaker", "/probe"
+	fl.up.Set(failing, fakeupstream.Status(503))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failing fetch: %v; want Unavailable", err)
+	}
+	// The breaker is open for 1ms; the next admission turns it half-open
+	// and takes its only probe slot.
+	dropped := fl.proxy.DropNext("protect:{fake}")
+	d, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
+	if err != nil {
+		t.Fatalf("probe: %v; want it admitted", err)
+	}
+	<-dropped
+	if !bytes.Equal(d.Body, fl.up.Body(probe)) {
+		t.Fatal("probe: wrong body")
+	}
+	if got := fl.up.Count(probe); got != 1 {
+		t.Fatalf("probe upstream requests = %d; want 1", got)
+	}
+}
+
+// TestRateLimitAdmitReplyLostWithConnection: an admission by the shared
+// rate limit loses its reply with its connection. The replay answers the
+// slot the first run booked instead of booking a second: at 1 request per
+// second with a burst of 2, the next fetch takes the burst's second slot
+// at once. It used to find both slots booked, and be refused for a wait
+// past the 100ms bound.
+func TestRateLimitAdmitReplyLostWithConnection(t *testing.T) {
+	fl := startReplayFleet(t, 2, func(c *coordinator.Config) {
+		noRetries(-1)(c)
+		p := &c.Upstreams[0].Protection
+		p.RateLimit, p.Burst, p.MaxWait = 1, 2, 100*time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The two warm-up fetches booked the next 2s of slots; a full burst is
+	// free again once they have passed. Nothing signals it but the clock.
+	time.Sleep(2 * time.Second)
+	dropped := fl.proxy.DropNext("protect:{fake}")
+	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/first"}); err != nil {
+		t.Fatal(err)
+	}
+	<-dropped
+	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/second"}); err != nil {
+		t.Fatalf("second fetch: %v; want the burst's second slot", err)
 	}
 }
