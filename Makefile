@@ -98,7 +98,8 @@ run:
 # bench prints figures (and ratios against a baseline in the same run); it
 # asserts nothing about speed. It runs the Go benchmarks, then report.
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20x ./server/ ./coordinator/
+	$(GO) test -run '^$$' -bench . -skip HolderCutOff -benchmem -benchtime 20x ./server/ ./coordinator/
+	$(GO) test -run '^$$' -bench HolderCutOff -benchtime 1x ./server/
 	$(GO) test -run '^$$' -bench . -benchmem ./clients/go/
 	$(MAKE) --no-print-directory report
 

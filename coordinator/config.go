@@ -50,7 +50,10 @@ type Config struct {
 	L1MaxBytes int64
 	// LockTTL is the lease of the cross-instance fill lock; a watchdog
 	// extends it every LockTTL/3 while the fetch runs, and a holder that
-	// dies loses it after LockTTL. Default: 10s.
+	// dies or is cut off from Redis loses it at most LockTTL after its
+	// last extension, when a follower elsewhere takes over. Shorter bounds
+	// that wait; longer rides out longer Redis stalls (two extensions in a
+	// row must fail for a live holder to lose it). Default: 2s.
 	LockTTL time.Duration
 	// RedisTimeout bounds each Redis operation on the request path, so that
 	// no caller waits on a dead or frozen Redis. Default: 500ms.
@@ -145,7 +148,7 @@ func (c *Config) setDefaults() {
 		c.L1MaxBytes = 256 << 20
 	}
 	if c.LockTTL == 0 {
-		c.LockTTL = 10 * time.Second
+		c.LockTTL = 2 * time.Second
 	}
 	if c.RedisTimeout == 0 {
 		c.RedisTimeout = 500 * time.Millisecond

@@ -387,7 +387,7 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			return c.lead(f, nil, stale)
 		}
 		w := r.hub.register(t.id)
-		l, holder, err := r.tryLock(c.ctx, t.id, c.cfg.LockTTL)
+		l, h, err := r.tryLock(c.ctx, t.id, c.cfg.LockTTL)
 		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
 			// When Redis did not answer, l is the lease we may hold: its
@@ -403,7 +403,7 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			r.hub.unregister(w)
 			return c.lead(f, l, stale)
 		}
-		res, err, again := c.follow(f, w, holder, &stale)
+		res, err, again := c.follow(f, w, h, &stale)
 		r.hub.unregister(w)
 		if !again {
 			return res, err
@@ -427,13 +427,13 @@ func (c *Coordinator) keepNewer(f *flight, d *Document, enc []byte, stale **Resu
 	f.offerStale(*stale)
 }
 
-// follow waits, subscribed, for the instance holding t's lock, whose
-// token is holder. It re-checks L2 after subscribing, so that a push that
-// landed before the subscription is not lost. again asks the caller to
-// re-check the lock.
-func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result) (res *Result, err error, again bool) {
+// follow waits, subscribed, for the instance holding t's lock, h. It
+// re-checks L2 after subscribing, so that a push that landed before the
+// subscription is not lost. again asks the caller to re-check the lock.
+func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (res *Result, err error, again bool) {
 	r := c.rl
 	t := f.t
+	holder := h.token
 	if holder == "" {
 		return nil, nil, true // the lock expired between our two looks
 	}
@@ -445,9 +445,12 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result
 		return &Result{Doc: d, Source: SourceL2}, nil, false
 	}
 	c.keepNewer(f, d, enc, stale)
-	// The lease outlives a dead holder by at most LockTTL; jitter spreads
-	// the takeover attempts of many instances.
-	timer := time.NewTimer(c.cfg.LockTTL + rand.N(c.cfg.LockTTL/4+1))
+	// A holder cut off from Redis keeps its lease until what is left of it
+	// runs out, at most LockTTL after its watchdog last renewed it: look
+	// again then, and take over if the lease lapsed; a live holder will
+	// have renewed it. Jitter spreads the takeover attempts of many
+	// instances.
+	timer := time.NewTimer(c.leaseEnd(h.left))
 	defer timer.Stop()
 	for {
 		select {
@@ -500,6 +503,17 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result
 				return nil, nil, true
 			}
 		case <-timer.C:
+			now, err := r.holderOf(c.ctx, t.id)
+			switch {
+			case err != nil:
+				// Redis is slow, not the holder gone: look again soon. If
+				// Redis is found down, the hub wakes us with a reset.
+				timer.Reset(c.leaseEnd(c.cfg.LockTTL / 4))
+				continue
+			case now.token == holder:
+				timer.Reset(c.leaseEnd(now.left)) // renewed: the holder lives
+				continue
+			}
 			c.timerWakeups.Add(1)
 			c.m.TimerWakeup()
 			return nil, nil, true
@@ -507,6 +521,15 @@ func (c *Coordinator) follow(f *flight, w *waiter, holder string, stale **Result
 			return *stale, ErrClosed, false
 		}
 	}
+}
+
+// leaseEnd is how long a follower waits for a push before it looks at a
+// lease of which left was left: until it ends, plus jitter.
+func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
+	if left <= 0 || left > c.cfg.LockTTL {
+		left = c.cfg.LockTTL // no expiry (-1): never set by coordd
+	}
+	return left + rand.N(c.cfg.LockTTL/8+1)
 }
 
 // lead fetches f's document from the upstream under lease l (nil:

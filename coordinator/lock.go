@@ -22,11 +22,14 @@ import (
 // extendScript is idempotent; the others change or publish something
 // each time they run, so they are replaySafe and run with runOnce.
 var (
-	// lockScript takes the fill lock, or names its holder: {1, token} or
-	// {0, holder's token}.
+	// lockScript takes the fill lock, or names its holder and what is left
+	// of its lease: {1, token} or {0, holder's token, ms left}.
 	lockScript = redis.NewScript(`
 if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1]} end
-return {0, redis.call("get", KEYS[1]) or ""}`)
+return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
+	// holderScript names the lock's holder and what is left of its lease,
+	// {token or "", ms left}, without taking it.
+	holderScript = redis.NewScript(`return {redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
 	// extendScript renews the lease only if it still holds our token.
 	extendScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end`)
 	// landScript stores a fetched document (KEYS[1]: the document key, or
@@ -121,11 +124,17 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// holder is another instance's hold on a fill lock, as last seen.
+type holder struct {
+	token string        // "": nobody held the lock
+	left  time.Duration // what was left of its lease
+}
+
 // tryLock takes id's fill lock. It returns the lease when taken; nil and
-// the holder's token when another instance holds it; and, with an error,
-// an uncertain lease when Redis did not answer (it may have taken the
-// lock), or nil when Redis is marked down and was not asked.
-func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) (l *lease, holder string, err error) {
+// the holder when another instance holds it; and, with an error, an
+// uncertain lease when Redis did not answer (it may have taken the lock),
+// or nil when Redis is marked down and was not asked.
+func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) (l *lease, h holder, err error) {
 	l = &lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
 	var res []any
 	asked := false
@@ -137,19 +146,20 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 	switch {
 	case err != nil && !asked:
 		r.m.Lock("unavailable")
-		return nil, "", err
-	case err == nil && len(res) != 2:
+		return nil, holder{}, err
+	case err == nil && (len(res) < 2 || (asInt(res[0]) == 0 && len(res) != 3)):
 		err = fmt.Errorf("%w: lock script answered %v", ErrRedisUnavailable, res)
 	case err == nil && asInt(res[0]) == 0:
-		holder, _ = res[1].(string)
-		if holder == l.token {
+		h = holder{left: time.Duration(asInt(res[2])) * time.Millisecond}
+		h.token, _ = res[1].(string)
+		if h.token == l.token {
 			// go-redis replayed the script after the connection dropped
 			// with the first run's reply (MaxRetries): the lock the replay
 			// found is the one that run took, this lease.
 			break
 		}
 		r.m.Lock("contended")
-		return nil, holder, nil
+		return nil, h, nil
 	}
 	if err != nil {
 		r.m.Lock("unavailable") // an uncertain lease
@@ -157,7 +167,25 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 		r.m.Lock("acquired")
 	}
 	go l.watchdog()
-	return l, "", err
+	return l, holder{}, err
+}
+
+// holderOf reads who holds id's fill lock, and for how long yet.
+func (r *redisLayer) holderOf(ctx context.Context, id string) (holder, error) {
+	var res []any
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		res, err = holderScript.Run(ctx, r.rdb, []string{r.lockKey(id)}).Slice()
+		return err
+	})
+	if err != nil {
+		return holder{}, err
+	}
+	if len(res) != 2 {
+		return holder{}, fmt.Errorf("%w: holder script answered %v", ErrRedisUnavailable, res)
+	}
+	h := holder{left: time.Duration(asInt(res[1])) * time.Millisecond}
+	h.token, _ = res[0].(string)
+	return h, nil
 }
 
 func (l *lease) lockKey() string { return l.r.lockKey(l.id) }

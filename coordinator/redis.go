@@ -194,7 +194,7 @@ func (r *redisLayer) watch(ctx context.Context) {
 
 // scripts lists every Lua script the coordinator runs.
 func scripts() []*redis.Script {
-	return []*redis.Script{lockScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
+	return []*redis.Script{lockScript, holderScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
 }
 
 // warm prepares Redis for the first burst: the scripts loaded (so that no

@@ -36,15 +36,14 @@ type replayFleet struct {
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
-func startReplayFleet(t *testing.T, n int, tune func(*coordinator.Config)) *replayFleet {
+func startReplayFleet(t testing.TB, n int, tune ...func(*coordinator.Config)) *replayFleet {
 	t.Helper()
 	rs := redistest.Start(t)
 	fl := &replayFleet{rs: rs, proxy: redistest.StartProxy(t, rs.Addr()), up: fakeupstream.New(t)}
 	for i := range n {
 		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}}
-		slowLease(&cfg)
-		if tune != nil {
-			tune(&cfg)
+		for _, f := range tune {
+			f(&cfg)
 		}
 		url := rs.URL()
 		if i == 0 {
@@ -69,14 +68,19 @@ func startReplayFleet(t *testing.T, n int, tune func(*coordinator.Config)) *repl
 // waitFollowing waits until every instance but the first has callers
 // callers of one flight waiting: one remote follower (the flight follows
 // the lock) and callers-1 local ones (calls joined the flight).
-func (fl *replayFleet) waitFollowing(t *testing.T, callers int) {
+func (fl *replayFleet) waitFollowing(t testing.TB, callers int) {
 	t.Helper()
-	for _, in := range fl.instances[1:] {
-		waitFor(t, 20*time.Second, func() bool {
+	for i, in := range fl.instances[1:] {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 			s := in.Scrape(t)
-			return s.Value("coordd_followers_total", "scope", "remote") >= 1 &&
-				s.Value("coordd_followers_total", "scope", "local") >= float64(callers-1)
-		})
+			if s.Value("coordd_followers_total", "scope", "remote") >= 1 &&
+				s.Value("coordd_followers_total", "scope", "local") >= float64(callers-1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d: %d callers not following after 20s", i+1, callers)
+			}
+		}
 	}
 }
 
@@ -99,7 +103,7 @@ func (fl *replayFleet) checkPushOnly(t *testing.T) {
 // holder's and follow itself until the lease ran out, with every caller
 // on every instance.
 func TestLockReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 3, nil)
+	fl := startReplayFleet(t, 3, slowLease)
 	const path = "/dropped-a"
 	url := fl.up.URL() + path
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -217,7 +221,7 @@ func (ev *events) count(t *testing.T, typ string) int {
 // nothing more: one done event, no release, followers pushed. It used to
 // store and publish the document again.
 func TestLandReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, nil)
+	fl := startReplayFleet(t, 2, slowLease)
 	const path = "/dropped-land"
 	url := fl.up.URL() + path
 	ev := watchEvents(t, fl.rs, url)
@@ -280,7 +284,7 @@ func noRetries(threshold int) func(*coordinator.Config) {
 // the lock, publish fail) loses its reply with its connection. The
 // follower on the other instance gets the error pushed, once.
 func TestHandOffReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, noRetries(-1))
+	fl := startReplayFleet(t, 2, slowLease, noRetries(-1))
 	const path = "/dropped-handoff"
 	url := fl.up.URL() + path
 	ev := watchEvents(t, fl.rs, url)
@@ -325,7 +329,7 @@ func TestHandOffReplyLostWithConnection(t *testing.T) {
 // document existed), and publishes no second inval. It used to answer
 // existed=false: the first run had deleted it.
 func TestInvalidateReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, nil)
+	fl := startReplayFleet(t, 2, slowLease)
 	const path = "/dropped-invalidate"
 	url := fl.up.URL() + path
 	ev := watchEvents(t, fl.rs, url)
@@ -354,7 +358,7 @@ func TestInvalidateReplyLostWithConnection(t *testing.T) {
 // closed after one failure, and the next fetch reaches the upstream. It
 // used to open the breaker.
 func TestBreakerRecordReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, noRetries(2))
+	fl := startReplayFleet(t, 2, slowLease, noRetries(2))
 	const failing, next = "/dropped-record", "/after-record"
 	fl.up.Set(failing, fakeupstream.Status(503))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -379,7 +383,7 @@ func TestBreakerRecordReplyLostWithConnection(t *testing.T) {
 // to find the probe slot taken (by itself) and fail the fetch as if the
 // breaker were open, holding the slot until its lease ended.
 func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, func(c *coordinator.Config) {
+	fl := startReplayFleet(t, 2, slowLease, func(c *coordinator.Config) {
 		noRetries(1)(c)
 		c.Upstreams[0].Protection.Breaker.OpenFor = time.Millisecond
 	})
@@ -413,7 +417,7 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 // at once. It used to find both slots booked, and be refused for a wait
 // past the 100ms bound.
 func TestRateLimitAdmitReplyLostWithConnection(t *testing.T) {
-	fl := startReplayFleet(t, 2, func(c *coordinator.Config) {
+	fl := startReplayFleet(t, 2, slowLease, func(c *coordinator.Config) {
 		noRetries(-1)(c)
 		p := &c.Upstreams[0].Protection
 		p.RateLimit, p.Burst, p.MaxWait = 1, 2, 100*time.Millisecond

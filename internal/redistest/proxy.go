@@ -13,7 +13,7 @@ import (
 // (HoldNext), or dropped together with the client's connection (DropNext),
 // as when a balancer, a proxy or a network blip resets a connection at
 // the wrong moment. Freeze makes Redis look frozen to the proxy's clients
-// only. Commands are matched by the bytes of their RESP encoding, so a
+// only; Cut cuts them off from it, as a network partition does. Commands are matched by the bytes of their RESP encoding, so a
 // rule naming a key and a path picks one script run of one document.
 //
 // A Proxy relies on its clients sending one command at a time per
@@ -28,6 +28,7 @@ type Proxy struct {
 	rules []*rule    // armed one-shot rules, oldest first
 
 	freeze atomic.Bool
+	cut    atomic.Bool
 }
 
 // rule is one armed HoldNext or DropNext.
@@ -94,6 +95,22 @@ func (p *Proxy) HoldNext(match ...string) (fired <-chan struct{}, release func()
 // frozen to this proxy's clients only.
 func (p *Proxy) Freeze(on bool) { p.freeze.Store(on) }
 
+// Cut discards every byte in both directions while on, as a network
+// partition does: commands never reach Redis, replies never come back.
+// A connection that lost bytes is closed at its next byte once Cut is
+// off.
+func (p *Proxy) Cut(on bool) { p.cut.Store(on) }
+
+// lost reports whether b is to be discarded (Cut is on), and whether the
+// connection lost bytes to a cut and must be closed.
+func (p *Proxy) lost(tainted *atomic.Bool) (discard, closeConn bool) {
+	if p.cut.Load() {
+		tainted.Store(true)
+		return true, false
+	}
+	return false, tainted.Load()
+}
+
 func (p *Proxy) arm(drop bool, match []string) *rule {
 	r := &rule{drop: drop, fired: make(chan struct{}), release: make(chan struct{})}
 	for _, m := range match {
@@ -132,12 +149,18 @@ func (p *Proxy) pipe(c net.Conn) {
 	}
 	defer s.Close()
 	var pending atomic.Pointer[rule] // a matched command whose reply is on its way
+	var tainted atomic.Bool          // bytes were lost to a cut
 	go func() {
 		defer s.Close()
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := c.Read(buf)
 			if err != nil {
+				return
+			}
+			if discard, closeConn := p.lost(&tainted); discard {
+				continue
+			} else if closeConn {
 				return
 			}
 			if r := p.take(buf[:n]); r != nil {
@@ -152,6 +175,11 @@ func (p *Proxy) pipe(c net.Conn) {
 	for {
 		n, err := s.Read(buf)
 		if err != nil {
+			return
+		}
+		if discard, closeConn := p.lost(&tainted); discard {
+			continue
+		} else if closeConn {
 			return
 		}
 		if r := pending.Swap(nil); r != nil {
