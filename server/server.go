@@ -64,6 +64,7 @@ type GRPC struct {
 	log      *slog.Logger
 	stopping chan struct{} // closed when Drain's delay ends: ends health Watch streams
 	stopOnce sync.Once     // closes stopping
+	door     *httpDoor     // the HTTP door (HTTPHandler), sharing the limit and call log
 }
 
 // NewGRPC builds the grpc.Server for s as cfg says: interceptors for
@@ -118,7 +119,8 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	return &GRPC{Server: g, Health: hs, log: s.log, stopping: stopping}
+	door := &httpDoor{s: s, limit: limit, calls: logger}
+	return &GRPC{Server: g, Health: hs, log: s.log, stopping: stopping, door: door}
 }
 
 // SetRedisHealth records the Redis component's status.
@@ -264,10 +266,15 @@ func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest
 	if err != nil {
 		return nil, err
 	}
+	return s.invalidate(ctx, p, req.GetUrl(), req.GetKey())
+}
+
+// invalidate is Invalidate for p, over gRPC or HTTP.
+func (s *Server) invalidate(ctx context.Context, p *principal, url, key string) (*coorddv1.InvalidateResponse, error) {
 	if !p.admin {
 		return nil, status.Errorf(codes.PermissionDenied, "tenant %q may not invalidate: it has no admin right", p.scope.Tenant)
 	}
-	ts, err := s.c.ResolveInvalidationIn(p.scope, req.GetUrl(), req.GetKey())
+	ts, err := s.c.ResolveInvalidationIn(p.scope, url, key)
 	if err != nil {
 		return nil, toStatus(err)
 	}

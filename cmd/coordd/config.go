@@ -23,6 +23,7 @@ type fileConfig struct {
 	LogLevel      string          `yaml:"log_level"`
 	LogFormat     string          `yaml:"log_format"`     // text or json. Default: text.
 	MetricsListen string          `yaml:"metrics_listen"` // Prometheus /metrics address. Default: none.
+	HTTPListen    string          `yaml:"http_listen"`    // the HTTP door's address (server.GRPC.HTTPHandler). Default: none.
 	ShutdownGrace time.Duration   `yaml:"shutdown_grace"`
 	DrainDelay    time.Duration   `yaml:"drain_delay"`
 	L1MaxBytes    int64           `yaml:"l1_max_bytes"`

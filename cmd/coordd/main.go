@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
+	httpListen := fs.String("http-listen", "", "serve the HTTP door (GET /v1/documents, POST /v1/invalidate) at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
 	if err := fs.Parse(args); err != nil {
@@ -104,6 +105,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	if *metricsListen != "" {
 		fc.MetricsListen = *metricsListen
+	}
+	if *httpListen != "" {
+		fc.HTTPListen = *httpListen
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
@@ -140,7 +144,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	cfg.Logger = log
-	srvOpts, grpcOpts, err := fc.serverOptions(log, fc.upstreamNames())
+	srvOpts, grpcOpts, httpTLS, err := fc.serverOptions(log, fc.upstreamNames())
 	if err != nil {
 		return err
 	}
@@ -173,6 +177,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(grpcOpts, ms.grpcOptions()...)...)
 	ms.serve(c, g.Server, log)
+	door, err := listenHTTP(fc.HTTPListen, ms.instrumentHTTP(g.HTTPHandler()), httpTLS)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
 	}
@@ -191,15 +200,26 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	stopCtx := ctx
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.Serve(lis) })
+	delayFor := func() time.Duration {
+		if errors.Is(context.Cause(stopCtx), errInterrupted) {
+			return 0 // Ctrl-C: no balancer needs to see NOT_SERVING first
+		}
+		return fc.DrainDelay
+	}
 	eg.Go(func() error {
 		<-ctx.Done()
-		delay := fc.DrainDelay
-		if errors.Is(context.Cause(stopCtx), errInterrupted) {
-			delay = 0 // Ctrl-C: no balancer needs to see NOT_SERVING first
-		}
-		g.Drain(delay, fc.ShutdownGrace)
+		g.Drain(delayFor(), fc.ShutdownGrace)
 		return nil
 	})
+	if door != nil {
+		log.Info("http door serving", "addr", door.lis.Addr().String(), "tls", httpTLS != nil)
+		eg.Go(door.serve)
+		eg.Go(func() error {
+			<-ctx.Done()
+			door.drain(delayFor(), fc.ShutdownGrace)
+			return nil
+		})
+	}
 	err = eg.Wait()
 	c.Close() // releases held locks
 	if rdb != nil {

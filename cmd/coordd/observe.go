@@ -98,3 +98,11 @@ func (m *metricsServer) close() {
 	_ = m.srv.Close()
 	_ = m.lis.Close()
 }
+
+// instrumentHTTP wraps the HTTP door's handler to record its metrics.
+func (m *metricsServer) instrumentHTTP(h http.Handler) http.Handler {
+	if m == nil {
+		return h
+	}
+	return m.reg.InstrumentHTTP(h)
+}

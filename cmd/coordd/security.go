@@ -75,22 +75,24 @@ type tlsConfig struct {
 }
 
 // serverOptions returns the server and gRPC options that security asks
-// for. upstreams are the configured upstreams' names, which every tenant's
-// grant must name.
-func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, error) {
+// for, and the TLS configuration of the HTTP door (nil: plaintext), the
+// gRPC listener's. upstreams are the configured upstreams' names, which
+// every tenant's grant must name.
+func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, *tls.Config, error) {
 	var sopts []server.Option
 	var gopts []grpc.ServerOption
+	var httpTLS *tls.Config
 	if sc.Reflection != nil {
 		sopts = append(sopts, server.WithReflection(*sc.Reflection))
 	}
 	if len(sc.Tenants) > 0 {
 		tenants, err := sc.tenants(upstreams)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		a, err := server.NewAuth(tenants)
 		if err != nil {
-			return nil, nil, fmt.Errorf("config: %w", err)
+			return nil, nil, nil, fmt.Errorf("config: %w", err)
 		}
 		sopts = append(sopts, server.WithAuth(a))
 		if sc.TLS == nil {
@@ -100,11 +102,32 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 	if sc.TLS != nil {
 		cfg, err := sc.TLS.serverTLS(log)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
+		httpTLS = withHTTP1(cfg)
 	}
-	return sopts, gopts, nil
+	return sopts, gopts, httpTLS, nil
+}
+
+// withHTTP1 returns cfg for the HTTP door: the same certificates, client
+// CAs and reloading, offering HTTP/1.1 beside h2 in ALPN.
+func withHTTP1(cfg *tls.Config) *tls.Config {
+	protos := []string{"h2", "http/1.1"}
+	out := cfg.Clone()
+	out.NextProtos = protos
+	if get := cfg.GetConfigForClient; get != nil {
+		out.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			c, err := get(hello)
+			if err != nil || c == nil {
+				return c, err
+			}
+			c = c.Clone()
+			c.NextProtos = protos
+			return c, nil
+		}
+	}
+	return out
 }
 
 // tenants reads every tenant's tokens and checks its grant.

@@ -33,8 +33,12 @@ type Instance struct {
 	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
 	// with Options.Metrics; else empty.
 	MetricsURL string
+	// HTTPURL is the base URL of the instance's HTTP door (http://host:port),
+	// with Options.HTTP; else empty.
+	HTTPURL string
 
 	rdb      redis.UniversalClient // the client in use, closed by Stop and Crash; nil in single-node mode
+	http     *http.Server          // the HTTP door, with Options.HTTP; closed by Stop and Crash
 	stopOnce sync.Once
 }
 
@@ -60,6 +64,9 @@ type Options struct {
 	// Metrics serves the instance's metrics on a free port on 127.0.0.1
 	// (Instance.MetricsURL), as coordd's metrics_listen does.
 	Metrics bool
+	// HTTP serves the instance's HTTP door on a free port on 127.0.0.1
+	// (Instance.HTTPURL), as coordd's http_listen does.
+	HTTP bool
 	// Transport performs the instance's upstream requests (for tests that
 	// count them per instance). Default: the coordinator's own.
 	Transport http.RoundTripper
@@ -130,6 +137,19 @@ func Start(t testing.TB, o Options) *Instance {
 	go func() { _ = g.Serve(lis) }()
 	in.Addr, in.Coordinator, in.GRPC = lis.Addr().String(), c, g
 	t.Cleanup(in.Stop)
+	if o.HTTP {
+		hl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("coorddtest: listen for http: %v", err)
+		}
+		h := g.HTTPHandler()
+		if reg != nil {
+			h = reg.InstrumentHTTP(h)
+		}
+		in.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = in.http.Serve(hl) }()
+		in.HTTPURL = "http://" + hl.Addr().String()
+	}
 	if reg != nil {
 		reg.Watch(c, g.Server)
 		ml, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,6 +168,12 @@ func Start(t testing.TB, o Options) *Instance {
 // locks), as SIGTERM does.
 func (in *Instance) Stop() {
 	in.stopOnce.Do(func() {
+		if in.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = in.http.Shutdown(ctx)
+			cancel()
+			in.http.Close()
+		}
 		in.GRPC.Drain(0, 2*time.Second)
 		in.Coordinator.Close()
 		if in.rdb != nil {
@@ -161,6 +187,9 @@ func (in *Instance) Stop() {
 // left to expire. Background work is then abandoned to the test's end.
 func (in *Instance) Crash() {
 	in.stopOnce.Do(func() {
+		if in.http != nil {
+			in.http.Close()
+		}
 		in.GRPC.Stop()
 		if in.rdb != nil {
 			in.rdb.Close() // its lock watchdog can no longer extend the lease

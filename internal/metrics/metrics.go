@@ -47,6 +47,8 @@ type Registry struct {
 	timerWakeups     prometheus.Counter
 	redisErrors      *prometheus.CounterVec // kind
 	redisTransitions *prometheus.CounterVec // to
+	httpRequests     *prometheus.CounterVec // code, method: the HTTP door's calls
+	httpDuration     *prometheus.HistogramVec
 }
 
 var _ coordinator.Metrics = (*Registry)(nil)
@@ -99,6 +101,12 @@ func New() *Registry {
 		timerWakeups:     prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_timer_wakeups_total", Help: "Followers woken by the end of a lock lease instead of a push (a lock takeover); 0 unless a holder died or a push was lost."}),
 		redisErrors:      counter("coordd_redis_errors_total", "Failed Redis operations, by kind: reply (Redis answered an error), unavailable (no answer in time, network error).", "kind"),
 		redisTransitions: counter("coordd_redis_transitions_total", "Changes of Redis's health: to down (degraded: in-process coordination) or up.", "to"),
+		httpRequests:     counter("coordd_http_requests_total", "Calls to the HTTP door (http_listen), by HTTP status code and method.", "code", "method"),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordd_http_request_duration_seconds",
+			Help:    "Time to answer a call to the HTTP door, body included.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"code", "method"}),
 	}
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -106,6 +114,7 @@ func New() *Registry {
 		r.grpc,
 		r.requests, r.followers, r.followerLag, r.upstream, r.retries, r.transitions, r.rejected,
 		r.rateWait, r.rateRefused, r.locks, r.extensions, r.timerWakeups, r.redisErrors, r.redisTransitions,
+		r.httpRequests, r.httpDuration,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
 	for _, v := range sources {
@@ -161,6 +170,13 @@ func (r *Registry) Watch(c *coordinator.Coordinator, s *grpc.Server) {
 	if s != nil {
 		r.grpc.InitializeMetrics(s)
 	}
+}
+
+// InstrumentHTTP wraps the HTTP door's handler so that it records
+// coordd_http_requests_total and coordd_http_request_duration_seconds.
+// Its calls also count in coordd_requests_total{source}, as gRPC calls do.
+func (r *Registry) InstrumentHTTP(h http.Handler) http.Handler {
+	return promhttp.InstrumentHandlerDuration(r.httpDuration, promhttp.InstrumentHandlerCounter(r.httpRequests, h))
 }
 
 // Handler serves the metrics in Prometheus's exposition formats.

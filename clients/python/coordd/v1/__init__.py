@@ -1,0 +1,1 @@
+"""Code generated from proto/coordd/v1 by `make generate-python`; never edited by hand."""

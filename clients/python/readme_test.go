@@ -1,0 +1,117 @@
+package python_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+)
+
+// The addresses the README's examples use, replaced by the test's.
+const (
+	readmeTarget = "127.0.0.1:50051"
+	readmeHTTP   = "http://127.0.0.1:8080"
+	readmeMDN    = "https://developer.mozilla.org"
+	readmeDoc    = "/en-US/docs/Web/HTTP/index.json"
+)
+
+var fence = regexp.MustCompile("(?s)```(\\w+)\n(.*?)```")
+
+// TestREADMEOtherLanguages runs the Python and curl examples of the
+// README's "Other languages" section as written, against a real coordd
+// (gRPC and the HTTP door) in front of a local upstream standing in for MDN.
+func TestREADMEOtherLanguages(t *testing.T) {
+	py := python(t)
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, ok := between(string(b), "### Other languages\n", "\n## ")
+	if !ok {
+		t.Fatal(`README.md has no "### Other languages" section`)
+	}
+	u := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+		Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: u.URL()}},
+	}})
+	replacer := strings.NewReplacer(readmeTarget, in.Addr, readmeHTTP, in.HTTPURL, readmeMDN, u.URL())
+	bin := t.TempDir() // python3 on PATH is the interpreter under test
+	// A wrapper, not a symlink: Python finds its site-packages from the path it was started by.
+	if err := os.WriteFile(filepath.Join(bin, "python3"), []byte("#!/bin/sh\nexec "+py+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "PYTHONPATH="+mustAbs(t, "."), "PYTHONDONTWRITEBYTECODE=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(dir string, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	body := string(u.Body(readmeDoc))
+	var ran []string
+	for _, m := range fence.FindAllStringSubmatch(section, -1) {
+		lang, code := m[1], m[2]
+		dir := t.TempDir()
+		switch {
+		case lang == "python":
+			out := run(dir, filepath.Join(bin, "python3"), "-c", replacer.Replace(code))
+			if !strings.HasPrefix(out, "200 text/html") {
+				t.Errorf("python example printed %q; want the status and content type", out)
+			}
+			ran = append(ran, "python")
+		case lang == "sh" && strings.Contains(code, "pip install"):
+			// TestPipInstall runs these steps (without apt-get) offline.
+			for _, want := range []string{"venv --system-site-packages", "pip install --no-build-isolation --no-index ./clients/python"} {
+				if !strings.Contains(code, want) {
+					t.Errorf("the install example lacks %q, which TestPipInstall runs", want)
+				}
+			}
+		case lang == "sh" && strings.Contains(code, "python3 -m coordd"):
+			run(dir, "bash", "-euo", "pipefail", "-c", replacer.Replace(code))
+			if got, _ := os.ReadFile(filepath.Join(dir, "http.json")); string(got) != body {
+				t.Errorf("python3 -m coordd wrote %q; want the body", got)
+			}
+			ran = append(ran, "cli")
+		case lang == "sh" && strings.Contains(code, "curl"):
+			out := run(dir, "bash", "-euo", "pipefail", "-c", replacer.Replace(code))
+			if got, _ := os.ReadFile(filepath.Join(dir, "http.json")); string(got) != body {
+				t.Errorf("curl wrote %q; want the body", got)
+			}
+			if !strings.Contains(out, "304\n") || !strings.Contains(out, `"key":"`+u.URL()+readmeDoc+`"`) {
+				t.Errorf("curl printed %q; want 304, then the invalidation's key", out)
+			}
+			ran = append(ran, "curl")
+		default:
+			t.Errorf("an example this test does not run:\n%s", code)
+		}
+	}
+	if got := strings.Join(ran, ","); got != "python,cli,curl" {
+		t.Errorf("examples run: %s; want python,cli,curl", got)
+	}
+	if got := u.Count(readmeDoc); got != 1 {
+		t.Errorf("upstream requests = %d; want 1 (every example after the first is served from the cache)", got)
+	}
+}
+
+func between(s, from, to string) (string, bool) {
+	_, rest, ok := strings.Cut(s, from)
+	if !ok {
+		return "", false
+	}
+	sec, _, _ := strings.Cut(rest, to)
+	return sec, true
+}

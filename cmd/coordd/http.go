@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// httpDoor serves the HTTP door (server.GRPC.HTTPHandler) on its own
+// listener. A nil *httpDoor (no http_listen) is never served.
+type httpDoor struct {
+	lis net.Listener
+	srv *http.Server
+}
+
+// listenHTTP listens on addr for the HTTP door, over TLS with cfg when not
+// nil; nil for an empty addr.
+func listenHTTP(addr string, h http.Handler, cfg *tls.Config) (*httpDoor, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("config: http_listen: %w", err)
+	}
+	if cfg != nil {
+		lis = tls.NewListener(lis, cfg)
+	}
+	return &httpDoor{lis: lis, srv: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second, // a client that never finishes its headers
+		IdleTimeout:       5 * time.Minute,  // as the gRPC listener's MaxConnectionIdle
+		TLSConfig:         cfg,
+	}}, nil
+}
+
+// serve serves until drain.
+func (d *httpDoor) serve() error {
+	if err := d.srv.Serve(d.lis); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http door: %w", err)
+	}
+	return nil
+}
+
+// drain goes on serving for delay, as the gRPC server does while health
+// says NOT_SERVING, then closes the listener and lets calls in progress
+// finish within grace before it cuts them.
+func (d *httpDoor) drain(delay, grace time.Duration) {
+	time.Sleep(delay)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err != nil {
+		_ = d.srv.Close()
+	}
+}

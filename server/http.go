@@ -1,0 +1,451 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/logctx"
+)
+
+// The HTTP door: plain HTTP for callers that cannot hold a gRPC stream
+// (shell scripts, PHP or Ruby MCP servers, edge runtimes with only fetch).
+//
+// It is a small handler over the same Server rather than a transcoder
+// (connectrpc's vanguard, grpc-gateway) in front of the gRPC service: a
+// transcoder answers a server stream with a stream of JSON messages, the
+// body base64-encoded and copied per caller, where an HTTP caller wants the
+// document itself with its Content-Type, ETag and a 304; and it would need
+// google.api.http annotations in the proto. Here an HTTP call is one
+// coordinator.Get, joining the same flight as gRPC callers of the document,
+// and its body is written from the document's shared buffer.
+
+// Paths of the HTTP door.
+const (
+	// HTTPDocumentsPath serves GET (and HEAD) ?url=…[&key=…][&max_age=…][&no_stale=1][&timeout=…].
+	HTTPDocumentsPath = "/v1/documents"
+	// HTTPInvalidatePath serves POST, with url and/or key as query or form
+	// parameters, or as a JSON object.
+	HTTPInvalidatePath = "/v1/invalidate"
+)
+
+// Response headers of the HTTP door besides the standard ones.
+const (
+	// HTTPSourceHeader tells where a document came from: l1, l2,
+	// upstream, or stale (a stale copy from either tier). Only answers
+	// carrying a document have it; coordd's own errors do not.
+	HTTPSourceHeader = "X-Coordd-Source"
+	// HTTPKeyHeader is the document's cache key.
+	HTTPKeyHeader = "X-Coordd-Key"
+	// HTTPRequestIDHeader is the call's request id, as RequestIDHeader
+	// over gRPC.
+	HTTPRequestIDHeader = "X-Request-Id"
+)
+
+// maxInvalidateBody bounds the body of an invalidation request.
+const maxInvalidateBody = 8 << 10
+
+// httpDoor serves the HTTP door for a Server. It shares the gRPC server's
+// cap on calls in progress and its call log.
+type httpDoor struct {
+	s     *Server
+	limit *callLimit
+	calls *callLogger
+}
+
+// HTTPHandler returns the HTTP door: GET /v1/documents and POST
+// /v1/invalidate over the same Server, tenants, call cap and call log as
+// g. Serve it over TLS with the gRPC listener's configuration where that
+// has TLS. See README.md ("Other languages") for the protocol.
+func (g *GRPC) HTTPHandler() http.Handler { return g.door }
+
+func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &statusWriter{ResponseWriter: rw}
+	id := r.Header.Get(HTTPRequestIDHeader)
+	if !validRequestID(id) {
+		id = rand.Text()
+	}
+	ctx := logctx.New(r.Context(), "request_id", id)
+	w.Header().Set(HTTPRequestIDHeader, id)
+	var method string
+	var err error
+	switch r.URL.Path {
+	case HTTPDocumentsPath:
+		method = "GetOrFetch"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			err = httpError(http.StatusMethodNotAllowed, codes.Unimplemented, "method %s not allowed; use GET", r.Method)
+			break
+		}
+		err = h.serve(ctx, method, w, r, h.get)
+	case HTTPInvalidatePath:
+		method = "Invalidate"
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			err = httpError(http.StatusMethodNotAllowed, codes.Unimplemented, "method %s not allowed; use POST", r.Method)
+			break
+		}
+		err = h.serve(ctx, method, w, r, h.invalidate)
+	default:
+		method = "unknown"
+		err = httpError(http.StatusNotFound, codes.NotFound, "no such path %q; see %s and %s", r.URL.Path, HTTPDocumentsPath, HTTPInvalidatePath)
+	}
+	code := codes.OK
+	if err != nil {
+		code = writeError(w, err)
+	}
+	h.finished(ctx, r, method, start, w.status, code, err)
+}
+
+// serve runs handle under the call cap, as the gRPC interceptors do.
+func (h *httpDoor) serve(ctx context.Context, method string, w http.ResponseWriter, r *http.Request,
+	handle func(context.Context, http.ResponseWriter, *http.Request) error) error {
+	release, err := h.limit.acquire(limitedPrefix + method)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return handle(ctx, w, r)
+}
+
+// get answers GET /v1/documents.
+func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	var opt coordinator.GetOptions
+	var err error
+	if opt.MaxAge, err = httpDuration(q, "max_age"); err != nil {
+		return err
+	}
+	timeout, err := httpDuration(q, "timeout")
+	if err != nil {
+		return err
+	}
+	if v := q.Get("no_stale"); v != "" {
+		if opt.NoStale, err = strconv.ParseBool(v); err != nil {
+			return status.Errorf(codes.InvalidArgument, "no_stale %q must be true or false", v)
+		}
+	}
+	p, err := h.s.httpPrincipal(r)
+	if err != nil {
+		return err
+	}
+	t, err := h.s.c.ResolveIn(p.scope, q.Get("url"), q.Get("key"))
+	if err != nil {
+		return toStatus(err)
+	}
+	logctx.Add(ctx, "key", t.Key)
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	res, err := h.s.c.Get(ctx, t, opt)
+	if err != nil {
+		return toStatus(err)
+	}
+	d := res.Doc
+	hd := w.Header()
+	source := res.Source.String()
+	if res.Stale {
+		source = "stale"
+	}
+	hd.Set(HTTPSourceHeader, source)
+	hd.Set(HTTPKeyHeader, d.Key)
+	hd.Set("Age", strconv.FormatInt(int64(d.Age(h.s.c.Now())/time.Second), 10))
+	hd.Set("X-Content-Type-Options", "nosniff") // the upstream's type, never a sniffed one
+	if d.ContentType != "" {
+		hd.Set("Content-Type", d.ContentType)
+	} else {
+		hd.Set("Content-Type", "application/octet-stream")
+	}
+	if d.ETag != "" {
+		hd.Set("ETag", d.ETag)
+	}
+	if d.LastModified != "" {
+		hd.Set("Last-Modified", d.LastModified)
+	}
+	code := d.StatusCode
+	if code < 200 || code > 599 {
+		code = http.StatusBadGateway // nothing coordd delivers; never a 1xx
+	}
+	if code/100 == 2 && d.ETag != "" && etagMatches(r.Header.Values("If-None-Match"), d.ETag) {
+		hd.Del("Content-Type")
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	hd.Set("Content-Length", strconv.Itoa(len(d.Body)))
+	w.WriteHeader(code)
+	if r.Method != http.MethodHead {
+		// The document's shared body, never copied for this caller: a write
+		// past net/http's buffer goes straight to the connection. A failed
+		// write means the caller is gone.
+		_, _ = w.Write(d.Body)
+	}
+	return nil
+}
+
+// invalidate answers POST /v1/invalidate.
+func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+	url, key := r.URL.Query().Get("url"), r.URL.Query().Get("key")
+	r.Body = http.MaxBytesReader(w, r.Body, maxInvalidateBody)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		var body struct {
+			URL string `json:"url"`
+			Key string `json:"key"`
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			return status.Errorf(codes.InvalidArgument, "body does not decode as {\"url\": …, \"key\": …}: %v", err)
+		}
+		url, key = orString(body.URL, url), orString(body.Key, key)
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return status.Errorf(codes.InvalidArgument, "form does not decode: %v", err)
+		}
+		url, key = orString(r.PostForm.Get("url"), url), orString(r.PostForm.Get("key"), key)
+	}
+	p, err := h.s.httpPrincipal(r)
+	if err != nil {
+		return err
+	}
+	resp, err := h.s.invalidate(ctx, p, url, key)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Key     string `json:"key"`
+		Existed bool   `json:"existed"`
+	}{resp.GetKey(), resp.GetExisted()})
+}
+
+func orString(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// httpPrincipal authenticates an HTTP call by its "Authorization: Bearer"
+// header, as the gRPC interceptor does its metadata, with the same
+// refusals.
+func (s *Server) httpPrincipal(r *http.Request) (*principal, error) {
+	if s.auth == nil {
+		return open, nil
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return nil, status.Error(codes.Unauthenticated, "a bearer token is required")
+	}
+	p, ok := s.auth.authenticate(token)
+	if !ok {
+		return nil, status.Error(codes.Unauthenticated, "the bearer token is not valid")
+	}
+	return p, nil
+}
+
+// httpDuration reads parameter name of q: whole seconds ("30"), as HTTP's
+// max-age, or a Go duration ("1m30s"). Absent: 0. Negative or malformed:
+// INVALID_ARGUMENT.
+func httpDuration(q map[string][]string, name string) (time.Duration, error) {
+	vs := q[name]
+	if len(vs) == 0 || vs[0] == "" {
+		return 0, nil
+	}
+	v := vs[0]
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n > math.MaxInt64/int64(time.Second) {
+			n = math.MaxInt64 / int64(time.Second)
+		}
+		d = time.Duration(n) * time.Second
+	} else if d, err = time.ParseDuration(v); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "%s %q must be whole seconds or a duration such as 1m30s", name, v)
+	}
+	if d < 0 {
+		return 0, status.Errorf(codes.InvalidArgument, "%s %q must not be negative", name, v)
+	}
+	return d, nil
+}
+
+// etagMatches applies If-None-Match's weak comparison (RFC 9110 13.1.2):
+// any listed tag equal to etag once W/ is dropped, or "*".
+func etagMatches(inm []string, etag string) bool {
+	want := strings.TrimPrefix(etag, "W/")
+	for _, v := range inm {
+		for tag := range strings.SplitSeq(v, ",") {
+			tag = strings.TrimSpace(tag)
+			if tag == "*" || strings.TrimPrefix(tag, "W/") == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// doorError is an error of the door itself (a path or method it does not
+// serve), with its HTTP status.
+type doorError struct {
+	status int
+	code   codes.Code
+	msg    string
+}
+
+func (e *doorError) Error() string { return e.msg }
+
+func httpError(httpStatus int, code codes.Code, format string, args ...any) error {
+	return &doorError{status: httpStatus, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// httpStatusOf is the HTTP status for a gRPC code; wait is the RetryInfo
+// delay the status carries, if any. An UNAVAILABLE that says when to ask
+// again (an open breaker) is 429 like RESOURCE_EXHAUSTED: the upstream's
+// protection says wait, and Retry-After says how long.
+func httpStatusOf(c codes.Code, wait time.Duration) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition:
+		return http.StatusRequestEntityTooLarge // the body is over max_body_bytes
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unavailable:
+		if wait > 0 {
+			return http.StatusTooManyRequests
+		}
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // the caller closed the request; no one reads it
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes err as a status and a small JSON body, in the shape of
+// Google's HTTP APIs' errors, and returns its gRPC code for the call log:
+//
+//	{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "…", "retry_after_seconds": 2}}
+func writeError(w http.ResponseWriter, err error) codes.Code {
+	var de *doorError
+	var httpStatus int
+	var c codes.Code
+	var wait time.Duration
+	var msg string
+	if errors.As(err, &de) {
+		httpStatus, c, msg = de.status, de.code, de.msg
+	} else {
+		st := status.Convert(err)
+		c, msg = st.Code(), st.Message()
+		for _, d := range st.Details() {
+			if ri, ok := d.(*errdetails.RetryInfo); ok {
+				wait = ri.GetRetryDelay().AsDuration()
+			}
+		}
+		httpStatus = httpStatusOf(c, wait)
+	}
+	type body struct {
+		Code       int    `json:"code"`
+		Status     string `json:"status"`
+		Message    string `json:"message"`
+		RetryAfter int64  `json:"retry_after_seconds,omitempty"`
+	}
+	b := body{Code: httpStatus, Status: codeName(c), Message: msg}
+	if httpStatus == http.StatusTooManyRequests || (httpStatus == http.StatusServiceUnavailable && wait > 0) {
+		// Whole seconds, rounded up: never sooner than coordd asked.
+		secs := max(int64(math.Ceil(wait.Seconds())), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		b.RetryAfter = secs
+	}
+	if c == codes.Unauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="coordd"`)
+	}
+	_ = writeJSON(w, httpStatus, struct {
+		Error body `json:"error"`
+	}{b})
+	return c
+}
+
+// codeName is c's name as in google.rpc.Code: PERMISSION_DENIED.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+func writeJSON(w http.ResponseWriter, httpStatus int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(httpStatus)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// finished logs the call's line as the gRPC interceptors do: the same
+// message, level and rate limit, with the gRPC code the call would have
+// had (grpc.code) and the HTTP method, path and status.
+func (h *httpDoor) finished(ctx context.Context, r *http.Request, method string, start time.Time, httpStatus int, code codes.Code, err error) {
+	lvl := callLevel(code)
+	if !h.calls.enabled(ctx, lvl) {
+		return
+	}
+	fields := []any{
+		"protocol", "http", "http.method", r.Method, "http.path", r.URL.Path,
+		"http.status", httpStatus,
+		"grpc.service", coorddv1.CoordinatorService_ServiceDesc.ServiceName, "grpc.method", method,
+		"grpc.start_time", start.Format(time.RFC3339), "grpc.code", code.String(),
+		"grpc.time_ms", float64(time.Since(start).Microseconds()) / 1000,
+		"peer.address", r.RemoteAddr,
+	}
+	if err != nil {
+		fields = append(fields, "grpc.error", err.Error())
+	}
+	h.calls.Log(ctx, lvl, "finished call", fields...)
+}
+
+// statusWriter records the status written, for the call log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
