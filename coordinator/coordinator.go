@@ -452,6 +452,7 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 	// instances.
 	timer := time.NewTimer(c.leaseEnd(h.left))
 	defer timer.Stop()
+	lapsed := false // the lease was found gone; a push may still be on its way
 	for {
 		select {
 		case ev := <-w.ch:
@@ -503,15 +504,22 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 				return nil, nil, true
 			}
 		case <-timer.C:
-			now, err := r.holderOf(c.ctx, t.id)
-			switch {
-			case err != nil:
-				// Redis is slow, not the holder gone: look again soon. If
-				// Redis is found down, the hub wakes us with a reset.
-				timer.Reset(c.leaseEnd(c.cfg.LockTTL / 4))
-				continue
-			case now.token == holder:
-				timer.Reset(c.leaseEnd(now.left)) // renewed: the holder lives
+			if !lapsed {
+				now, err := r.holderOf(c.ctx, t.id)
+				switch {
+				case err != nil:
+					// Redis is slow, not the holder gone: look again soon.
+					// If Redis is found down, the hub wakes us with a reset.
+					timer.Reset(c.leaseEnd(c.cfg.LockTTL / 4))
+				case now.token == holder:
+					timer.Reset(c.leaseEnd(now.left)) // renewed: the holder lives
+				default:
+					// Gone: lapsed, or released by a holder whose event is
+					// still on its way (in Redis Cluster it is published
+					// after the release). Give the push a Redis timeout.
+					lapsed = true
+					timer.Reset(c.cfg.RedisTimeout)
+				}
 				continue
 			}
 			c.timerWakeups.Add(1)

@@ -304,7 +304,7 @@ func TestStartsWithRedisDown(t *testing.T) {
 // fetch releases its lock and tells the followers on other instances, who
 // take over at once instead of waiting for the lease to run out.
 func TestLeaderStoppedHandsOff(t *testing.T) {
-	cl := startCluster(t, 2, nil) // LockTTL 10s: a timer wakeup would show
+	cl := startCluster(t, 2, nil) // a follower not told would find the lease lapsed: a timer wakeup
 	release := make(chan struct{})
 	defer close(release)
 	cl.up.SetSequence("/deploy", []fakeupstream.Behavior{{Block: release}, {}})

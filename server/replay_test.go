@@ -338,6 +338,7 @@ func TestInvalidateReplyLostWithConnection(t *testing.T) {
 	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
 		t.Fatal(err)
 	}
+	(&cluster{redis: fl.rs}).waitUnlocked(t, url) // landed: the caller is answered first
 	dropped := fl.proxy.DropNext(path+"}:doc", path+"}:lock", path+"}:gen")
 	resp, err := fl.clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: url})
 	if err != nil {
