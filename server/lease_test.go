@@ -134,7 +134,7 @@ func cutOff(t testing.TB, lockTTL time.Duration) time.Duration {
 	fl := startReplayFleet(t, 3, func(c *coordinator.Config) {
 		c.LockTTL = lockTTL
 		c.RedisTimeout = 500 * time.Millisecond // the default (coorddtest's is longer)
-		c.Upstreams[0].Timeout = time.Minute // instance 0's fetch outlasts the measure, without a retry
+		c.Upstreams[0].Timeout = time.Minute    // instance 0's fetch outlasts the measure, without a retry
 	})
 	const path = "/cut-off"
 	url := fl.up.URL() + path
