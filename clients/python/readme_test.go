@@ -15,7 +15,7 @@ import (
 	"github.com/coordd/coordd/internal/fakeupstream"
 )
 
-// The addresses the README's examples use, replaced by the test's.
+// The addresses the examples in docs/api.md use, replaced by the test's.
 const (
 	readmeTarget = "127.0.0.1:50051"
 	readmeHTTP   = "http://127.0.0.1:8080"
@@ -26,17 +26,18 @@ const (
 var fence = regexp.MustCompile("(?s)```(\\w+)\n(.*?)```")
 
 // TestREADMEOtherLanguages runs the Python and curl examples of the
-// README's "Other languages" section as written, against a real coordd
-// (gRPC and the HTTP door) in front of a local upstream standing in for MDN.
+// "Other languages" section of docs/api.md (moved there from the README)
+// as written, against a real coordd (gRPC and the HTTP door) in front of a
+// local upstream standing in for MDN.
 func TestREADMEOtherLanguages(t *testing.T) {
 	py := python(t)
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	section, ok := between(string(b), "### Other languages\n", "\n## ")
+	section, ok := between(string(b), "\n## Other languages\n", "\n## ")
 	if !ok {
-		t.Fatal(`README.md has no "### Other languages" section`)
+		t.Fatal(`docs/api.md has no "## Other languages" section`)
 	}
 	u := fakeupstream.New(t)
 	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{

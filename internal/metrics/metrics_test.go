@@ -194,8 +194,8 @@ func TestAlertsAndDashboard(t *testing.T) {
 				t.Errorf("alerts.yml: group %s: a rule without alert or expr: %+v", g.Name, r)
 			case r.Labels["severity"] == "":
 				t.Errorf("alerts.yml: %s: no severity label", r.Alert)
-			case r.Annotations["summary"] == "" || r.Annotations["description"] == "" || r.Annotations["runbook"] == "":
-				t.Errorf("alerts.yml: %s: summary, description and runbook annotations are all needed", r.Alert)
+			case r.Annotations["summary"] == "" || r.Annotations["description"] == "" || r.Annotations["runbook_url"] == "":
+				t.Errorf("alerts.yml: %s: summary, description and runbook_url annotations are all needed", r.Alert)
 			}
 			if r.For != "" {
 				if _, err := time.ParseDuration(r.For); err != nil {
