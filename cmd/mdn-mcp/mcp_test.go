@@ -416,6 +416,8 @@ func TestFlags(t *testing.T) {
 		{"relative base", []string{"--mdn-base", "/docs"}, "--mdn-base"},
 		{"bad timeout", []string{"--timeout", "0s"}, "--timeout"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"negative drain delay", []string{"--http", "127.0.0.1:0", "--drain-delay", "-1s"}, "--drain-delay"},
+		{"bad listen address", []string{"--http", "nowhere"}, "--http"},
 		{"unknown flag", []string{"--nope"}, "not defined"},
 	}
 	for _, tt := range tests {
