@@ -33,7 +33,7 @@ check-generated:
 		exit 1; \
 	fi && echo "check-generated: gen/ is up to date."
 
-.PHONY: test test-ts deps run build soak bench report
+.PHONY: test test-ts ts-build deps run build soak bench report
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible) and the TypeScript
@@ -77,15 +77,20 @@ deps:
 	@echo "node $$(node --version), npm $$(npm --version)"
 
 # test is the one command that runs every test: generated code checked
-# against the protos, go test -race, then the TypeScript client and MCP
+# against the protos, go test -race (cmd/mdn-mcp runs the built TypeScript
+# MCP server too, over Streamable HTTP), then the TypeScript client and MCP
 # server against a real coordd.
-test: deps check-generated
+test: deps check-generated ts-build
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory test-ts
 
-test-ts:
-	cd clients/ts && npm ci --no-audit --no-fund && npm run build && npm test
+# ts-build installs the TypeScript packages and builds clients/ts/dist.
+ts-build:
+	cd clients/ts && npm ci --no-audit --no-fund && npm run build
+
+test-ts: ts-build
+	cd clients/ts && npm test
 
 build:
 	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd
