@@ -414,11 +414,11 @@ func (f *fleet) startedCalls(t *testing.T) int {
 	return n
 }
 
-// servePage makes the fake MDN serve testdata/<name>.json at the page path
+// servePage makes the fake MDN serve the corpus page <name>.json at the page path
 // p, held until release is closed.
 func (f *fleet) servePage(t *testing.T, p, name string, release <-chan struct{}) {
 	t.Helper()
-	body, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+	body, err := os.ReadFile(filepath.Join(goldenDir, "pages", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +474,7 @@ func TestFleetBehindHAProxy(t *testing.T) {
 			close(release)
 			wg.Wait()
 
-			want := wantPage(t, impl, texts[0], "array_map", f.up.URL())
+			want := goldenPage(t, "array_map", f.up.URL())
 			for i := range clients {
 				if errs[i] || texts[i] != want {
 					t.Fatalf("client %d: isError %v, text:\n%s\nwant:\n%s", i, errs[i], texts[i], want)
@@ -499,25 +499,10 @@ func TestFleetBehindHAProxy(t *testing.T) {
 	}
 }
 
-// wantPage is the text impl must give for testdata/<name>.json: the
-// golden markdown for Go; for TypeScript, whose converter differs until
-// both share one corpus, got itself if it starts with the page's title.
-func wantPage(t *testing.T, impl implementation, got, name, base string) string {
-	t.Helper()
-	want := goldenPage(t, name, base)
-	if impl.name == "ts" {
-		title, _, _ := strings.Cut(want, "\n")
-		if strings.HasPrefix(got, title+"\n") {
-			return got
-		}
-	}
-	return want
-}
-
-// goldenPage is testdata/<name>.md with MDN's URL replaced by base.
+// goldenPage is the corpus page <name>.md with MDN's URL replaced by base.
 func goldenPage(t *testing.T, name, base string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name+".md"))
+	b, err := os.ReadFile(filepath.Join(goldenDir, "pages", name+".md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +561,7 @@ func TestHTTPDrain(t *testing.T) {
 			}
 			close(release)
 			res := <-done
-			if want := wantPage(t, impl, res.text, "array_map", f.up.URL()); res.isErr || res.text != want {
+			if want := goldenPage(t, "array_map", f.up.URL()); res.isErr || res.text != want {
 				t.Errorf("call in flight during the drain: isError %v, text:\n%s\nwant:\n%s", res.isErr, res.text, want)
 			}
 			<-r.exited
@@ -629,7 +614,7 @@ func TestHTTPBearerToken(t *testing.T) {
 				}
 			}
 			cs := httpClient(t, r.url+"/mcp", token)
-			if text, isErr := call(t, cs, "mdn_doc", map[string]any{"path": mapPath}); isErr || text != wantPage(t, impl, text, "array_map", f.up.URL()) {
+			if text, isErr := call(t, cs, "mdn_doc", map[string]any{"path": mapPath}); isErr || text != goldenPage(t, "array_map", f.up.URL()) {
 				t.Errorf("with the token: isError %v, %q", isErr, text)
 			}
 		})

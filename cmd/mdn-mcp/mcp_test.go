@@ -65,11 +65,11 @@ type fakeMDN struct {
 
 func newFakeMDN(t *testing.T) *fakeMDN {
 	t.Helper()
-	page, err := os.ReadFile(filepath.Join("testdata", "array_map.json"))
+	page, err := os.ReadFile(filepath.Join(goldenDir, "pages", "array_map.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	search, err := os.ReadFile(filepath.Join("testdata", "search_array_map.json"))
+	search, err := os.ReadFile(filepath.Join(goldenDir, "search", "array_map.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,12 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { z } from "zod";
 
 import { CoorddClient, DEFAULT_ADDR, type ClientOptions } from "../client.js";
 import { serveHTTP } from "./http.js";
-import { DEFAULT_MDN_BASE, MDN, SEARCH_RESULTS } from "./mdn.js";
+import { newServer } from "./tools.js";
+import { DEFAULT_MDN_BASE, MDN } from "./mdn.js";
 
 const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION] [--coordd-token TOKEN]
               [--coordd-tls] [--coordd-tls-ca FILE] [--coordd-tls-cert FILE --coordd-tls-key FILE]
@@ -79,56 +77,6 @@ function parseDuration(s: string): number {
   const m = /^(-?\d+(?:\.\d+)?)(ms|s|m)?$/.exec(s.trim());
   if (!m) return NaN;
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[m[2] ?? "s"]!;
-}
-
-/** newServer returns an MCP server whose tools read MDN through mdn: the
- * same tools as the Go server (cmd/mdn-mcp). */
-function newServer(mdn: MDN): McpServer {
-  const server = new McpServer(
-    { name: "mdn-mcp", title: "MDN Web Docs", version: "0.1.0" },
-    { instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it." },
-  );
-  const annotations = { readOnlyHint: true, idempotentHint: true, openWorldHint: true };
-  server.registerTool(
-    "mdn_doc",
-    {
-      title: "Read an MDN page",
-      description:
-        "Returns an MDN Web Docs page as markdown: title, summary, and every section " +
-        "(syntax, parameters, examples, specifications). Takes the page's path, e.g. /en-US/docs/Web/API/Fetch_API.",
-      inputSchema: {
-        path: z
-          .string()
-          .describe("the page's path on MDN, e.g. /en-US/docs/Web/JavaScript/Reference/Global_Objects/Array/map"),
-      },
-      annotations,
-    },
-    ({ path }) => guard(() => mdn.doc(path)),
-  );
-  server.registerTool(
-    "mdn_search",
-    {
-      title: "Search MDN",
-      description: `Searches MDN Web Docs and returns the top ${SEARCH_RESULTS} pages with their paths (for mdn_doc) and summaries.`,
-      inputSchema: {
-        query: z.string().describe("what to search for, e.g. array map"),
-      },
-      annotations,
-    },
-    ({ query }) => guard(() => mdn.search(query)),
-  );
-  return server;
-}
-
-// guard turns an unexpected exception (a bug, or data in a shape nobody
-// foresaw) into a tool error too, with the reason, instead of leaving it to
-// the SDK's generic message.
-async function guard(f: () => Promise<CallToolResult>): Promise<CallToolResult> {
-  try {
-    return await f();
-  } catch (err) {
-    return { content: [{ type: "text", text: `internal error: ${String(err)}` }], isError: true };
-  }
 }
 
 async function main(): Promise<void> {
