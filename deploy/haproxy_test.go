@@ -146,3 +146,11 @@ func TestHAProxyHealthCheck(t *testing.T) {
 		t.Errorf("haproxy -c: %v\n%s", err, out)
 	}
 }
+
+// TestHAProxyMCPConfig: `haproxy -c` accepts mcp.cfg.
+func TestHAProxyMCPConfig(t *testing.T) {
+	out, err := exec.Command(haproxytest.Path(t), "-c", "-f", "haproxy/mcp.cfg").CombinedOutput()
+	if err != nil {
+		t.Errorf("haproxy -c: %v\n%s", err, out)
+	}
+}

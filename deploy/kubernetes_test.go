@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -35,11 +36,14 @@ func strictDecoder(t *testing.T) runtime.Decoder {
 
 // manifests are the objects of deploy/kubernetes, by kind/name.
 type manifests struct {
-	deployment *appsv1.Deployment
+	deployment *appsv1.Deployment // coordd
 	services   map[string]*corev1.Service
 	configMap  *corev1.ConfigMap
 	secret     *corev1.Secret
-	pdb        *policyv1.PodDisruptionBudget
+	pdb        *policyv1.PodDisruptionBudget // coordd's
+
+	mcp    *appsv1.Deployment // the MCP server fleet, mdn-mcp
+	mcpPDB *policyv1.PodDisruptionBudget
 }
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
@@ -70,7 +74,11 @@ func loadManifests(t *testing.T) (m manifests, files []string) {
 			}
 			switch o := obj.(type) {
 			case *appsv1.Deployment:
-				m.deployment = o
+				if o.Name == "mdn-mcp" {
+					m.mcp = o
+				} else {
+					m.deployment = o
+				}
 			case *corev1.Service:
 				m.services[o.Name] = o
 			case *corev1.ConfigMap:
@@ -78,15 +86,19 @@ func loadManifests(t *testing.T) (m manifests, files []string) {
 			case *corev1.Secret:
 				m.secret = o
 			case *policyv1.PodDisruptionBudget:
-				m.pdb = o
+				if o.Name == "mdn-mcp" {
+					m.mcpPDB = o
+				} else {
+					m.pdb = o
+				}
 			default:
 				t.Fatalf("%s: unexpected %T", path, obj)
 			}
 		}
 	}
-	if m.deployment == nil || m.configMap == nil || m.secret == nil || m.pdb == nil || len(m.services) != 2 {
-		t.Fatalf("manifests: deployment %v, configmap %v, secret %v, pdb %v, %d services; want one of each and 2 services",
-			m.deployment != nil, m.configMap != nil, m.secret != nil, m.pdb != nil, len(m.services))
+	if m.deployment == nil || m.configMap == nil || m.secret == nil || m.pdb == nil || m.mcp == nil || m.mcpPDB == nil || len(m.services) != 3 {
+		t.Fatalf("manifests: deployment %v, configmap %v, secret %v, pdb %v, mdn-mcp deployment %v and pdb %v, %d services; want one of each and 3 services",
+			m.deployment != nil, m.configMap != nil, m.secret != nil, m.pdb != nil, m.mcp != nil, m.mcpPDB != nil, len(m.services))
 	}
 	return m, files
 }
@@ -249,3 +261,100 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("kustomization %s resources = %v; want %v", k.Kind, got, want)
 	}
 }
+
+// TestKubernetesMCPFleet: the MCP server fleet runs several replicas of
+// mdn-mcp over Streamable HTTP, each calling every coordd pod through the
+// headless Service; a ClusterIP Service (no session affinity: the replicas
+// are stateless) selects them; readiness follows /healthz, which turns 503
+// on SIGTERM; the termination grace outlasts the drain; the tokens come
+// from optional keys of the Secret.
+func TestKubernetesMCPFleet(t *testing.T) {
+	m, _ := loadManifests(t)
+	d := m.mcp
+	pod := d.Spec.Template
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+		t.Fatalf("mdn-mcp selector %v (%v) does not match its pods' labels %v", d.Spec.Selector, err, pod.Labels)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("mdn-mcp replicas %v; want several", d.Spec.Replicas)
+	}
+	if labels.SelectorFromSet(m.deployment.Spec.Template.Labels).Matches(labels.Set(pod.Labels)) {
+		t.Error("mdn-mcp pods carry coordd's labels: coordd's Services would select them")
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("containers = %d; want 1", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	httpAddr, _ := flagValue(c.Args, "http")
+	var port int32
+	for _, p := range c.Ports {
+		if p.Name == "http" {
+			port = p.ContainerPort
+		}
+	}
+	if port == 0 || httpAddr != fmt.Sprintf(":%d", port) {
+		t.Fatalf("--http=%q, container port http %d; want every interface on that port", httpAddr, port)
+	}
+	if a, _ := flagValue(c.Args, "coordd"); a != "dns:///coordd-headless:50051" {
+		t.Errorf("--coordd=%q; want dns:///coordd-headless:50051 (every coordd pod, balanced by the client)", a)
+	}
+	if _, ok := m.services["coordd-headless"]; !ok {
+		t.Error("no Service coordd-headless for --coordd")
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != intstr.FromString("http") {
+		t.Errorf("readiness probe %+v; want GET /healthz on port http", p)
+	}
+	if c.LivenessProbe == nil {
+		t.Error("no liveness probe")
+	}
+	delay, err1 := time.ParseDuration(must(flagValue(c.Args, "drain-delay")))
+	grace, err2 := time.ParseDuration(must(flagValue(c.Args, "shutdown-grace")))
+	if err1 != nil || err2 != nil {
+		t.Fatalf("--drain-delay, --shutdown-grace: want both: %v %v", err1, err2)
+	}
+	if rp := c.ReadinessProbe; time.Duration(rp.PeriodSeconds*rp.FailureThreshold)*time.Second > delay {
+		t.Errorf("readiness probe notices a drain after %ds × %d; want within --drain-delay %v", rp.PeriodSeconds, rp.FailureThreshold, delay)
+	}
+	tg := 30 * time.Second
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		tg = time.Duration(*s) * time.Second
+	}
+	if tg <= delay+grace {
+		t.Errorf("terminationGracePeriodSeconds %v; want more than --drain-delay %v + --shutdown-grace %v", tg, delay, grace)
+	}
+	for _, name := range []string{"MDN_MCP_TOKEN", "COORDD_TOKEN"} {
+		var ok bool
+		for _, e := range c.Env {
+			if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				ref := e.ValueFrom.SecretKeyRef
+				ok = ref.Name == m.secret.Name && ref.Optional != nil && *ref.Optional
+			}
+		}
+		if !ok {
+			t.Errorf("env %s: want it from an optional key of Secret %s", name, m.secret.Name)
+		}
+	}
+	s, ok := m.services["mdn-mcp"]
+	if !ok {
+		t.Fatal("no Service mdn-mcp")
+	}
+	if s.Spec.Type != corev1.ServiceTypeClusterIP || s.Spec.ClusterIP == corev1.ClusterIPNone {
+		t.Errorf("Service mdn-mcp: type %q, clusterIP %q; want a ClusterIP Service", s.Spec.Type, s.Spec.ClusterIP)
+	}
+	if s.Spec.SessionAffinity != "" && s.Spec.SessionAffinity != corev1.ServiceAffinityNone {
+		t.Errorf("Service mdn-mcp: sessionAffinity %q; want none: the replicas are stateless", s.Spec.SessionAffinity)
+	}
+	if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+		t.Errorf("Service mdn-mcp: selector %v does not select the mdn-mcp pods", s.Spec.Selector)
+	}
+	if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].TargetPort != intstr.FromString("http") {
+		t.Errorf("Service mdn-mcp: ports %+v; want one, to the http port", s.Spec.Ports)
+	}
+	psel, err := metav1.LabelSelectorAsSelector(m.mcpPDB.Spec.Selector)
+	if err != nil || !psel.Matches(labels.Set(pod.Labels)) {
+		t.Errorf("mdn-mcp PodDisruptionBudget selector %v does not select the pods", m.mcpPDB.Spec.Selector)
+	}
+}
+
+func must(v string, _ bool) string { return v }

@@ -1,4 +1,4 @@
-// Command mdn-mcp is a stdio MCP server that lets an assistant read MDN Web
+// Command mdn-mcp is an MCP server that lets an assistant read MDN Web
 // Docs. Its tools are mdn_doc (a page as markdown) and mdn_search (MDN's
 // search). Every request to MDN goes through coordd, so that many
 // assistants asking for the same page cost MDN one request.
@@ -6,11 +6,16 @@
 //	mdn-mcp [--coordd ADDR] [--mdn-base URL] [--timeout DURATION]
 //	        [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
 //	        [--coordd-tls-cert FILE --coordd-tls-key FILE]
+//	        [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
 //
 // coordd must list the --mdn-base URL among its upstreams (MDN is its
 // default), and grant it to the token's tenant if it requires tokens. The
 // token is best given as $COORDD_TOKEN, out of sight of ps. The server
-// speaks MCP on stdin and stdout and logs to stderr.
+// speaks MCP on stdin and stdout and logs to stderr; with --http it serves
+// MCP Streamable HTTP at /mcp instead, stateless (any replica behind a
+// round-robin balancer answers any request), with /healthz, draining on
+// SIGTERM, and, if $MDN_MCP_TOKEN is set, requiring that bearer token of
+// MCP clients.
 package main
 
 import (
@@ -57,6 +62,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&sec.caFile, "coordd-tls-ca", "", "dial coordd over TLS, trusting the CAs in this PEM `file`")
 	fs.StringVar(&sec.certFile, "coordd-tls-cert", "", "client certificate PEM `file`, for a coordd that requires one (mutual TLS)")
 	fs.StringVar(&sec.keyFile, "coordd-tls-key", "", "client certificate's key PEM `file`")
+	httpAddr := fs.String("http", "", "serve MCP Streamable HTTP at http://`ADDR`/mcp (host:port) instead of stdio; MCP clients must send $MDN_MCP_TOKEN as a bearer token if it is set")
+	drainDelay := fs.Duration("drain-delay", 0, "with --http: how long /healthz answers 503 after SIGTERM before the listener closes, for the balancer to notice")
+	grace := fs.Duration("shutdown-grace", 10*time.Second, "with --http: how long requests in flight may run once the listener is closed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,7 +78,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v: must be positive", *timeout)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "mdn-mcp")
+	if *drainDelay < 0 || *grace <= 0 {
+		return fmt.Errorf("--drain-delay %v, --shutdown-grace %v: want >= 0 and > 0", *drainDelay, *grace)
+	}
+	// A stdio server logs problems only; an HTTP one, a service, its
+	// lifecycle too.
+	level := slog.LevelWarn
+	if *httpAddr != "" {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("component", "mdn-mcp")
 
 	secOpts, err := sec.options()
 	if err != nil {
@@ -83,6 +100,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer client.Close()
 
 	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, version)
+	if *httpAddr != "" {
+		return serveHTTP(ctx, httpConfig{addr: *httpAddr, token: os.Getenv("MDN_MCP_TOKEN"), drainDelay: *drainDelay, grace: *grace}, s, log, nil)
+	}
 	err = s.Run(ctx, &mcp.StdioTransport{})
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil

@@ -54,30 +54,57 @@ func TestHTMLToMarkdown(t *testing.T) {
 	}
 }
 
-// TestPageMarkdown renders a real page's index.json and compares with
-// testdata/array_map.md (go test -run TestPageMarkdown -update rewrites it).
-func TestPageMarkdown(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "array_map.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p mdnPage
-	if err := json.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
-	}
-	got := p.markdown(mdnBase)
-	golden := filepath.Join("testdata", "array_map.md")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
+// goldenDir is the corpus both MCP servers are tested against, byte for
+// byte: pages/NAME.json (a page's index.json) renders as pages/NAME.md, and
+// search/Q.json (MDN's search answer for Q, "_" for spaces) as
+// search/Q.md, with https://developer.mozilla.org as MDN's base.
+// clients/ts/src/test/golden.test.ts reads the same files.
+const goldenDir = "../../testdata/mcp-golden"
+
+// TestGolden renders the corpus and compares with its markdown (go test
+// -run TestGolden -update rewrites the .md files).
+func TestGolden(t *testing.T) {
+	for _, kind := range []string{"pages", "search"} {
+		inputs, err := filepath.Glob(filepath.Join(goldenDir, kind, "*.json"))
+		if err != nil || len(inputs) == 0 {
+			t.Fatalf("no %s in %s: %v", kind, goldenDir, err)
 		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("markdown differs from %s; got:\n%s", golden, got)
+		for _, in := range inputs {
+			name := strings.TrimSuffix(filepath.Base(in), ".json")
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				raw, err := os.ReadFile(in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got string
+				if kind == "pages" {
+					var p mdnPage
+					if err := json.Unmarshal(raw, &p); err != nil {
+						t.Fatal(err)
+					}
+					got = p.markdown(mdnBase)
+				} else {
+					var res searchResponse
+					if err := json.Unmarshal(raw, &res); err != nil {
+						t.Fatal(err)
+					}
+					got = res.markdown(strings.ReplaceAll(name, "_", " "), mdnBase)
+				}
+				golden := strings.TrimSuffix(in, ".json") + ".md"
+				if *update {
+					if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != string(want) {
+					t.Errorf("markdown differs from %s; got:\n%s", golden, got)
+				}
+			})
+		}
 	}
 }
 

@@ -65,11 +65,11 @@ type fakeMDN struct {
 
 func newFakeMDN(t *testing.T) *fakeMDN {
 	t.Helper()
-	page, err := os.ReadFile(filepath.Join("testdata", "array_map.json"))
+	page, err := os.ReadFile(filepath.Join(goldenDir, "pages", "array_map.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	search, err := os.ReadFile(filepath.Join("testdata", "search_array_map.json"))
+	search, err := os.ReadFile(filepath.Join(goldenDir, "search", "array_map.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,6 +416,8 @@ func TestFlags(t *testing.T) {
 		{"relative base", []string{"--mdn-base", "/docs"}, "--mdn-base"},
 		{"bad timeout", []string{"--timeout", "0s"}, "--timeout"},
 		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"negative drain delay", []string{"--http", "127.0.0.1:0", "--drain-delay", "-1s"}, "--drain-delay"},
+		{"bad listen address", []string{"--http", "nowhere"}, "--http"},
 		{"unknown flag", []string{"--nope"}, "not defined"},
 	}
 	for _, tt := range tests {

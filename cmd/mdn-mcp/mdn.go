@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -77,8 +79,8 @@ func (m *mdn) doc(ctx context.Context, _ *mcp.CallToolRequest, in docInput) (*mc
 		return nil, nil, err
 	}
 	var page mdnPage
-	if err := m.fetchJSON(ctx, u, "page "+in.Path, &page); err != nil {
-		return nil, nil, err
+	if err := m.fetchJSON(ctx, u, "page "+strings.TrimSpace(in.Path), "mdn_doc", &page); err != nil {
+		return toolFailure(err)
 	}
 	if page.Doc.Title == "" {
 		return nil, nil, fmt.Errorf("unexpected answer from MDN for page %s: no doc.title in its index.json", in.Path)
@@ -101,19 +103,23 @@ func (m *mdn) search(ctx context.Context, _ *mcp.CallToolRequest, in searchInput
 	u.Path, u.RawPath = strings.TrimSuffix(m.base.Path, "/")+"/api/v1/search", ""
 	u.RawQuery = url.Values{"q": {q}}.Encode()
 	var res searchResponse
-	if err := m.fetchJSON(ctx, &u, fmt.Sprintf("search %q", q), &res); err != nil {
-		return nil, nil, err
+	what := fmt.Sprintf("search %q", q)
+	if err := m.fetchJSON(ctx, &u, what, "mdn_search", &res); err != nil {
+		return toolFailure(err)
+	}
+	if res.Documents == nil { // absent or null; [] is no results
+		return nil, nil, fmt.Errorf("unexpected answer from MDN for %s: no documents in it", what)
 	}
 	return text(res.markdown(q, m.base)), nil, nil
 }
 
 // fetchJSON gets u through coordd and decodes its JSON body into v. what
-// names the document in error messages.
-func (m *mdn) fetchJSON(ctx context.Context, u *url.URL, what string, v any) error {
+// names the document in error messages, tool the tool to call again.
+func (m *mdn) fetchJSON(ctx context.Context, u *url.URL, what, tool string, v any) error {
 	doc, err := m.docs.Get(ctx, u.String())
 	if err != nil {
 		m.log.Warn("fetch through coordd failed", "url", u.String(), "err", err)
-		return m.explain(what, err)
+		return m.explain(what, tool, err)
 	}
 	switch code := int(doc.Metadata.GetStatusCode()); {
 	case code == http.StatusNotFound || code == http.StatusGone:
@@ -127,25 +133,90 @@ func (m *mdn) fetchJSON(ctx context.Context, u *url.URL, what string, v any) err
 	return nil
 }
 
-// explain turns a coordd client error into a message for the assistant.
-func (m *mdn) explain(what string, err error) error {
+// explain turns a coordd client error into a message for the assistant,
+// in the TypeScript server's words too (clients/ts/src/mcp/mdn.ts): what
+// coordd said is quoted as "(coordd: MESSAGE)". With a RetryInfo detail it
+// says when to call tool again, and is a *retryError.
+func (m *mdn) explain(what, tool string, err error) error {
 	switch {
 	case errors.Is(err, coordd.ErrCircuitOpen):
 		return fmt.Errorf("cannot get %s: coordd at %s is unreachable and calls fail fast until it is back; try again in a few seconds (%v)", what, m.coordd, err)
 	case errors.Is(err, coordd.ErrUnreachable):
 		return fmt.Errorf("cannot get %s: coordd at %s is unreachable (%v)", what, m.coordd, err)
 	}
-	switch status.Code(err) {
+	st := grpcStatus(err)
+	said := "(coordd: " + st.Message() + ")"
+	switch st.Code() {
 	case codes.Unavailable, codes.ResourceExhausted:
-		return fmt.Errorf("cannot get %s: MDN is unavailable and coordd has no copy (%v)", what, err)
+		why := "MDN is unavailable and coordd has no copy"
+		if st.Code() == codes.ResourceExhausted {
+			why = "MDN's rate limit is reached and coordd has no copy"
+		}
+		if after := retryAfterSeconds(st); after > 0 {
+			return &retryError{msg: fmt.Sprintf("cannot get %s: %s. %s %s", what, why, retryAdvice(tool, after), said), after: after}
+		}
+		return fmt.Errorf("cannot get %s: %s %s", what, why, said)
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("cannot get %s: timed out (%v)", what, err)
+		return fmt.Errorf("cannot get %s: timed out %s", what, said)
 	case codes.PermissionDenied:
-		return fmt.Errorf("cannot get %s: coordd at %s does not serve %s to this client: it is not one of its upstreams, or the token's tenant is not granted it (%v)", what, m.coordd, m.base, err)
+		return fmt.Errorf("cannot get %s: coordd at %s does not serve %s to this client: it is not one of its upstreams, or the token's tenant is not granted it %s", what, m.coordd, m.base, said)
 	case codes.Unauthenticated:
-		return fmt.Errorf("cannot get %s: coordd at %s requires a valid token: set $COORDD_TOKEN or --coordd-token (%v)", what, m.coordd, err)
+		return fmt.Errorf("cannot get %s: coordd at %s requires a valid token: set $COORDD_TOKEN or --coordd-token %s", what, m.coordd, said)
 	}
-	return fmt.Errorf("cannot get %s through coordd: %v", what, err)
+	return fmt.Errorf("cannot get %s through coordd at %s %s", what, m.coordd, said)
+}
+
+// grpcStatus returns the status coordd sent, even wrapped in err, its
+// message without the wrapping (status.Convert would give err.Error()).
+func grpcStatus(err error) *status.Status {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		return se.GRPCStatus()
+	}
+	return status.New(codes.Unknown, err.Error())
+}
+
+// retryAfterSeconds is the wait st's RetryInfo asks for, in whole seconds
+// rounded up, at least 1; 0 without one.
+func retryAfterSeconds(st *status.Status) int {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return max(1, int(math.Ceil(ri.GetRetryDelay().AsDuration().Seconds())))
+		}
+	}
+	return 0
+}
+
+// retryAdvice tells an assistant when to call tool again.
+func retryAdvice(tool string, seconds int) string {
+	unit := "seconds"
+	if seconds == 1 {
+		unit = "second"
+	}
+	return fmt.Sprintf("Wait %d %s, then call %s again; calling it sooner fails the same way.", seconds, unit, tool)
+}
+
+// retryError is a tool failure that says when to try again: its result
+// carries retryAfterSeconds in its structured content, so that an agent
+// backs off instead of hammering.
+type retryError struct {
+	msg   string
+	after int // seconds
+}
+
+func (e *retryError) Error() string { return e.msg }
+
+// toolFailure returns err as the tool's error result.
+func toolFailure(err error) (*mcp.CallToolResult, any, error) {
+	var re *retryError
+	if !errors.As(err, &re) {
+		return nil, nil, err
+	}
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: re.msg}},
+		StructuredContent: map[string]any{"retryAfterSeconds": re.after},
+	}, nil, nil
 }
 
 func text(s string) *mcp.CallToolResult {
@@ -171,7 +242,7 @@ func docURL(base *url.URL, p string) (*url.URL, error) {
 	}
 	dec, err := url.PathUnescape(p)
 	if err != nil {
-		return nil, fmt.Errorf("path %q is not a valid path: %v", p, err)
+		return nil, fmt.Errorf("path %q is not a valid path: bad percent-encoding", p)
 	}
 	if strings.ContainsAny(dec, "?#\\") || hasControl(dec) || strings.HasPrefix(dec, "//") {
 		return nil, fmt.Errorf("path %q must not contain ?, #, \\ or control characters, even escaped", p)

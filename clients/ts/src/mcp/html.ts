@@ -1,92 +1,103 @@
-// A small HTML-to-markdown converter for MDN prose sections: headings,
-// paragraphs, fenced code blocks with their language, inline code,
-// emphasis, links made absolute (http and https only), lists, definition
-// lists, notes as block quotes, tables as pipe rows, and entities. Any
-// other tag is dropped and its text kept; scripts, styles, forms and
-// embedded frames are dropped whole.
+// The HTML-to-markdown converter for MDN prose sections, a line-for-line
+// port of the Go server's (cmd/mdn-mcp/markdown.go), so that both servers
+// give the same text byte for byte: testdata/mcp-golden is the corpus both
+// are tested against. Headings, paragraphs, fenced code blocks with their
+// language, inline code, emphasis, links made absolute (http and https
+// only), lists, definition lists, notes as block quotes, tables as pipe
+// rows. Any other tag is dropped and its text kept; scripts, styles, forms
+// and embedded frames are dropped whole.
 //
-// Hand-rolled (a forgiving tokenizer, a tree and a renderer) to keep the
-// package free of an HTML parser dependency: the input is narrow, MDN's own
-// well-formed HTML, and a page that trips it still reads as text.
+// HTML is parsed by parse5, a parser of the WHATWG HTML standard as Go's
+// golang.org/x/net/html is, so both see the same tree (entities, implied
+// and misnested tags). A general converter (turndown and its GFM plugin)
+// was not taken: its escaping, list and table rules differ from any Go
+// converter's, so the two servers could not agree byte for byte.
 
-interface Element {
-  tag: string;
-  attrs: Record<string, string>;
-  children: Node[];
-}
-type Node = Element | string;
+import { defaultTreeAdapter, html as parse5html, parseFragment } from "parse5";
+import type { DefaultTreeAdapterMap } from "parse5";
 
-const VOID = new Set(["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"]);
-const DROP = new Set([
-  "script", "style", "template", "svg", "math", "noscript", "iframe", "object", "embed", "form", "head", "title",
-]);
+type Node = DefaultTreeAdapterMap["node"];
+type Element = DefaultTreeAdapterMap["element"];
+type ParentNode = DefaultTreeAdapterMap["parentNode"];
+
+// HARD_BREAK stands for a <br> while inline text is collapsed; it becomes
+// a newline when the paragraph is finished.
+const HARD_BREAK = "\uE000";
+
+// SPACE is what Go's unicode.IsSpace accepts, which strings.Fields and
+// strings.TrimSpace split and trim on (JavaScript's \s differs: it has
+// U+FEFF and lacks U+0085).
+const SPACE = "[\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+const SPACES = new RegExp(`${SPACE}+`);
+const TRIM = new RegExp(`^${SPACE}+|${SPACE}+$`, "g");
+
 const BLOCK = new Set([
-  "address", "article", "aside", "body", "details", "div", "figcaption", "figure", "footer",
-  "header", "html", "main", "nav", "p", "section", "summary",
+  "address", "article", "aside", "blockquote", "details", "div", "dl", "dd", "dt", "fieldset", "figcaption",
+  "figure", "footer", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main", "nav", "ol", "p", "pre",
+  "section", "summary", "table", "ul",
 ]);
 
-const TOKEN = /<!--[\s\S]*?-->|<!\[CDATA\[[\s\S]*?\]\]>|<![^>]*>|<\/?([a-zA-Z][a-zA-Z0-9-]*)((?:[^>"']|"[^"]*"|'[^']*')*)>|[^<]+|</g;
-const ATTR = /([^\s=/]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?/g;
+const DROPPED = new Set([
+  "button", "embed", "form", "iframe", "input", "math", "noscript", "object", "script", "select", "style", "svg",
+  "template", "textarea",
+]);
 
-function parse(html: string): Element {
-  const root: Element = { tag: "#root", attrs: {}, children: [] };
-  const stack: Element[] = [root];
-  for (const m of html.matchAll(TOKEN)) {
-    const tok = m[0];
-    const top = stack[stack.length - 1]!;
-    if (m[1] === undefined) {
-      if (!tok.startsWith("<!")) top.children.push(tok === "<" ? "&lt;" : tok);
-      continue;
-    }
-    const tag = m[1].toLowerCase();
-    if (tok.startsWith("</")) {
-      // Close the nearest open element of that name, and any left open in it.
-      const i = stack.map((e) => e.tag).lastIndexOf(tag);
-      if (i > 0) stack.length = i;
-      continue;
-    }
-    const attrs: Record<string, string> = {};
-    for (const a of (m[2] ?? "").matchAll(ATTR)) {
-      attrs[a[1]!.toLowerCase()] = decodeEntities(a[2] ?? a[3] ?? a[4] ?? "");
-    }
-    const el: Element = { tag, attrs, children: [] };
-    top.children.push(el);
-    if (!VOID.has(tag) && !tok.endsWith("/>")) stack.push(el);
-  }
-  return root;
+/** collapse turns every run of whitespace into one space and trims the ends. */
+export function collapse(s: string): string {
+  return s.split(SPACES).filter(Boolean).join(" ");
 }
 
-const NAMED: Record<string, string> = {
-  amp: "&", lt: "<", gt: ">", quot: '"', apos: "'", nbsp: " ", shy: "", zwsp: "",
-  hellip: "…", mdash: "—", ndash: "–", lsquo: "‘", rsquo: "’", ldquo: "“", rdquo: "”",
-  laquo: "«", raquo: "»", copy: "©", reg: "®", trade: "™", times: "×", divide: "÷",
-  larr: "←", rarr: "→", uarr: "↑", darr: "↓", harr: "↔", le: "≤", ge: "≥", ne: "≠",
-  middot: "·", bull: "•", deg: "°", plusmn: "±", para: "¶", sect: "§",
-};
-
-/** decodeEntities replaces HTML character references; unknown ones stay. */
-export function decodeEntities(s: string): string {
-  return s.replace(/&(#[xX][0-9a-fA-F]+|#[0-9]+|[a-zA-Z][a-zA-Z0-9]*);/g, (whole, ref: string) => {
-    if (ref[0] === "#") {
-      const cp = ref[1] === "x" || ref[1] === "X" ? parseInt(ref.slice(2), 16) : parseInt(ref.slice(1), 10);
-      return cp > 0 && cp <= 0x10ffff ? String.fromCodePoint(cp) : whole;
-    }
-    return NAMED[ref] ?? NAMED[ref.toLowerCase()] ?? whole;
-  });
+function trimSpace(s: string): string {
+  return s.replace(TRIM, "");
 }
 
-function textContent(n: Node): string {
-  if (typeof n === "string") return decodeEntities(n);
-  if (DROP.has(n.tag)) return "";
-  if (n.tag === "br") return "\n";
-  return n.children.map(textContent).join("");
+function isElement(n: Node): n is Element {
+  return "tagName" in n;
 }
 
-/** Options for htmlToMarkdown. */
-export interface MarkdownOptions {
-  /** baseUrl resolves relative links. Without it, relative links keep
-   * their text and lose their target. */
-  baseUrl?: string;
+function isText(n: Node): n is DefaultTreeAdapterMap["textNode"] {
+  return n.nodeName === "#text";
+}
+
+function children(n: Node): Node[] {
+  return "childNodes" in n ? (n as ParentNode).childNodes : [];
+}
+
+// isBlock reports whether n starts a block of its own. Custom elements
+// (their names have a dash) count as blocks: MDN wraps examples in them.
+function isBlock(n: Node): boolean {
+  return isElement(n) && (BLOCK.has(n.tagName) || n.tagName.includes("-"));
+}
+
+function isDropped(n: Node): boolean {
+  return n.nodeName === "#comment" || (isElement(n) && DROPPED.has(n.tagName));
+}
+
+function attr(n: Element, key: string): string {
+  return n.attrs.find((a) => a.name === key)?.value ?? "";
+}
+
+function hasClass(n: Element, cls: string): boolean {
+  return collapse(attr(n, "class")).split(" ").includes(cls);
+}
+
+// parse parses src as the children of a <div>, as the Go server does.
+function parse(src: string): DefaultTreeAdapterMap["childNode"][] {
+  const ctx = defaultTreeAdapter.createElement("div", parse5html.NS.HTML, []);
+  return parseFragment(ctx, src, {}).childNodes;
+}
+
+/** htmlToMarkdown renders the HTML of an MDN prose section as markdown,
+ * links made absolute against base. */
+export function htmlToMarkdown(src: string, base?: URL): string {
+  const root = defaultTreeAdapter.createElement("div", parse5html.NS.HTML, []);
+  root.childNodes = parse(src);
+  return new Renderer(base).blocks(root).join("\n\n");
+}
+
+/** htmlText returns the text of src with its whitespace collapsed. */
+export function htmlText(src: string): string {
+  return collapse(parse(src).map((n) => textContent(n) + " ").join(""));
 }
 
 /**
@@ -94,12 +105,11 @@ export interface MarkdownOptions {
  * link, or "" for an in-page anchor, an unparsable href or a scheme other
  * than http(s) (javascript:, data:, ...).
  */
-export function safeLink(href: string, base?: string): string {
-  href = href.trim();
+export function safeLink(href: string, base?: URL): string {
   if (href === "" || href.startsWith("#")) return "";
   let u: URL;
   try {
-    u = new URL(href, base);
+    u = new URL(trimSpace(href), base);
   } catch {
     return "";
   }
@@ -107,197 +117,255 @@ export function safeLink(href: string, base?: string): string {
   return u.href.replace(/\(/g, "%28").replace(/\)/g, "%29").replace(/ /g, "%20");
 }
 
-/** htmlToMarkdown renders HTML as markdown-ish plain text. */
-export function htmlToMarkdown(html: string, opts: MarkdownOptions = {}): string {
-  const out = new Renderer(opts).children(parse(html));
-  return tidy(out);
-}
-
-// Blocks are separated by "\n\n" on both sides; tidy squeezes the runs.
-function block(s: string): string {
-  s = s.trim();
-  return s === "" ? "" : `\n\n${s}\n\n`;
-}
-
-function indent(s: string, first: string, rest: string): string {
-  return s
-    .split("\n")
-    .map((line, i) => (i === 0 ? first : line === "" ? "" : rest) + line)
-    .join("\n");
-}
-
 class Renderer {
-  constructor(private readonly opts: MarkdownOptions) {}
+  constructor(private readonly base?: URL) {}
 
-  children(el: Element): string {
-    return el.children.map((c) => this.node(c)).join("");
+  // blocks renders the children of n: runs of inline content become
+  // paragraphs, block elements their own blocks.
+  blocks(n: Node): string[] {
+    const out: string[] = [];
+    let para = "";
+    const flush = () => {
+      const s = finish(para);
+      if (s !== "") out.push(s);
+      para = "";
+    };
+    for (const c of children(n)) {
+      if (isDropped(c)) continue;
+      if (isBlock(c)) {
+        flush();
+        out.push(...this.block(c as Element));
+      } else {
+        para += this.inline(c);
+      }
+    }
+    flush();
+    return out;
   }
 
-  node(n: Node): string {
-    if (typeof n === "string") return decodeEntities(n).replace(/\s+/g, " ");
-    const tag = n.tag;
-    if (DROP.has(tag)) return "";
-    const h = /^h([1-6])$/.exec(tag);
-    if (h) return block(`${"#".repeat(Number(h[1]))} ${this.inline(n)}`);
-    switch (tag) {
-      case "br":
-        return "\n";
-      case "hr":
-        return block("---");
-      case "pre":
-        return this.pre(n);
-      case "code":
-      case "kbd":
-      case "samp":
-      case "var":
-        return code(textContent(n).replace(/\s+/g, " "));
-      case "strong":
-      case "b":
-        return wrap("**", this.children(n));
-      case "em":
-      case "i":
-        return wrap("_", this.children(n));
-      case "a":
-        return this.link(n);
-      case "img":
-        return n.attrs["alt"] ?? "";
+  // block renders one block element.
+  block(n: Element): string[] {
+    const h = /^h([1-6])$/.exec(n.tagName);
+    if (h) {
+      const text = this.inlineText(n);
+      return text === "" ? [] : [`${"#".repeat(Number(h[1]))} ${text.replaceAll("\n", " ")}`];
+    }
+    switch (n.tagName) {
+      case "pre": {
+        const code = textContent(n).replace(/^\n+|\n+$/g, "");
+        return trimSpace(code) === "" ? [] : [fence(codeLanguage(n), code)];
+      }
       case "ul":
       case "ol":
-        return this.list(n);
+        return nonEmpty(this.list(n, n.tagName === "ol"));
       case "dl":
-        return this.dl(n);
+        return nonEmpty(this.definitions(n));
       case "table":
-        return this.table(n);
+        return nonEmpty(this.table(n));
       case "blockquote":
-        return this.quote(n);
+        return nonEmpty(quote(this.blocks(n)));
+      case "hr":
+        return ["---"];
+      case "div":
+      case "aside":
+      case "section":
+        if (hasClass(n, "example-header")) return []; // the language label over a code example
+        if (n.tagName === "aside" || hasClass(n, "notecard")) return nonEmpty(quote(this.blocks(n)));
     }
-    const classes = (n.attrs["class"] ?? "").split(/\s+/);
-    // MDN's code examples carry a header naming the language; the fence says it.
-    if (classes.includes("example-header")) return "";
-    // MDN's notes and warnings are block quotes in its own markdown.
-    if (classes.includes("notecard")) return this.quote(n);
-    const inner = this.children(n);
-    return BLOCK.has(tag) ? block(inner) : inner;
+    return this.blocks(n);
   }
 
-  quote(n: Element): string {
-    const lines = tidy(this.children(n)).split("\n");
-    return block(lines.map((l) => (l === "" ? ">" : `> ${l}`)).join("\n"));
-  }
-
-  inline(n: Element): string {
-    return this.children(n).replace(/\s+/g, " ").trim();
-  }
-
-  pre(n: Element): string {
-    const m = /(?:brush:\s*|language-)([\w-]+)/.exec(n.attrs["class"] ?? "");
-    const lang = m?.[1] === "plain" ? "" : (m?.[1] ?? "");
-    const body = textContent(n).replace(/^\n+|\s+$/g, "");
-    const fence = body.includes("```") ? "~~~" : "```";
-    return `\n\n${fence}${lang}\n${body}\n${fence}\n\n`;
-  }
-
-  link(n: Element): string {
-    const text = this.inline(n);
-    const target = safeLink(n.attrs["href"] ?? "", this.opts.baseUrl);
-    return target && text ? `[${text}](${target})` : text;
-  }
-
-  list(n: Element): string {
-    let i = Number(n.attrs["start"] ?? 1);
-    if (!Number.isFinite(i)) i = 1;
-    const items = n.children
-      .filter((c): c is Element => typeof c !== "string" && c.tag === "li")
-      .map((li) => {
-        const marker = n.tag === "ol" ? `${i++}. ` : "- ";
-        let body = tidy(this.children(li));
-        // An item of text and nested lists stays tight; one with paragraphs
-        // or code keeps its blank lines.
-        if (!hasParagraphs(li)) body = body.replace(/\n\n+/g, "\n");
-        return indent(body, marker, " ".repeat(marker.length));
-      });
-    return block(items.join("\n"));
-  }
-
-  dl(n: Element): string {
-    const parts: string[] = [];
-    for (const c of n.children) {
-      if (typeof c === "string") continue;
-      const body = tidy(this.children(c));
-      if (c.tag === "dt") parts.push(indent(body, "- ", "  "));
-      else if (c.tag === "dd") parts.push(indent(body, "  ", "  "));
+  // list renders ul and ol items, tight, with nested blocks indented under
+  // their item.
+  list(n: Element, ordered: boolean): string {
+    const items: string[] = [];
+    for (const li of children(n)) {
+      if (!isElement(li) || li.tagName !== "li") continue;
+      const marker = ordered ? `${items.length + 1}. ` : "- ";
+      items.push(indent(this.blocks(li).join("\n"), marker, " ".repeat(marker.length)));
     }
-    return block(parts.join("\n"));
+    return items.join("\n");
   }
 
+  // definitions renders a dl as a list of terms, each description indented
+  // under its term.
+  definitions(n: Element): string {
+    const lines: string[] = [];
+    for (const c of children(n)) {
+      if (!isElement(c)) continue;
+      if (c.tagName === "dt") {
+        const t = this.inlineText(c);
+        if (t !== "") lines.push(indent(t, "- ", "  "));
+      } else if (c.tagName === "dd") {
+        const b = this.blocks(c).join("\n");
+        if (b !== "") lines.push(indent(b, "  ", "  "));
+      }
+    }
+    return lines.join("\n");
+  }
+
+  // table renders rows as pipe-separated cells, the first row as the header.
   table(n: Element): string {
     const rows: string[][] = [];
-    const walk = (e: Element) => {
-      for (const c of e.children) {
-        if (typeof c === "string") continue;
-        if (c.tag === "tr") {
-          rows.push(
-            c.children
-              .filter((d): d is Element => typeof d !== "string" && (d.tag === "td" || d.tag === "th"))
-              .map((d) => tidy(this.children(d)).replace(/\s*\n\s*/g, " ").replace(/\|/g, "\\|")),
-          );
-        } else if (c.tag !== "table") {
-          walk(c); // thead, tbody, tfoot
+    const walk = (n: Node) => {
+      for (const c of children(n)) {
+        if (!isElement(c)) continue;
+        switch (c.tagName) {
+          case "thead":
+          case "tbody":
+          case "tfoot":
+            walk(c);
+            break;
+          case "tr": {
+            const cells = children(c)
+              .filter((td): td is Element => isElement(td) && (td.tagName === "td" || td.tagName === "th"))
+              .map((td) => this.inlineText(td).replaceAll("\n", " ").replaceAll("|", "\\|"));
+            if (cells.length > 0) rows.push(cells);
+          }
         }
       }
     };
     walk(n);
     if (rows.length === 0) return "";
-    const width = Math.max(...rows.map((r) => r.length));
-    const line = (r: string[]) => `| ${Array.from({ length: width }, (_, k) => r[k] ?? "").join(" | ")} |`;
-    const lines = [line(rows[0]!), line(Array(width).fill("---")), ...rows.slice(1).map(line)];
-    return block(lines.join("\n"));
+    let b = "";
+    rows.forEach((row, i) => {
+      b += `| ${row.join(" | ")} |\n`;
+      if (i === 0) b += `|${" --- |".repeat(row.length)}\n`;
+    });
+    return b.replace(/\n$/, "");
   }
-}
 
-const PARAGRAPHS = new Set(["p", "pre", "div", "blockquote", "table", "dl", "h1", "h2", "h3", "h4", "h5", "h6"]);
-
-// hasParagraphs says whether el holds, at any depth, block content other
-// than lists.
-function hasParagraphs(el: Element): boolean {
-  return el.children.some((c) => typeof c !== "string" && (PARAGRAPHS.has(c.tag) || hasParagraphs(c)));
-}
-
-function wrap(mark: string, s: string): string {
-  const t = s.trim();
-  if (t === "") return s;
-  // Keep surrounding spaces outside the marks: "a **b** c", not "a** b **c".
-  const lead = s.startsWith(" ") ? " " : "";
-  const trail = s.endsWith(" ") ? " " : "";
-  return `${lead}${mark}${t}${mark}${trail}`;
-}
-
-function code(s: string): string {
-  if (s.trim() === "") return s;
-  const ticks = s.includes("`") ? "``" : "`";
-  const pad = ticks === "``" ? " " : "";
-  return `${ticks}${pad}${s}${pad}${ticks}`;
-}
-
-// tidy trims trailing spaces and stray leading spaces, and squeezes blank
-// lines, leaving code fences as they are.
-function tidy(s: string): string {
-  const out: string[] = [];
-  let fence: string | undefined;
-  for (const line of s.split("\n")) {
-    const f = /^\s*(```|~~~)/.exec(line)?.[1];
-    if (fence) {
-      out.push(line.trimEnd());
-      if (f === fence) fence = undefined;
-      continue;
+  // inline returns the inline rendering of n; whitespace is collapsed
+  // later, by finish.
+  inline(n: Node): string {
+    if (isText(n)) return n.value;
+    if (!isElement(n) || isDropped(n)) return "";
+    switch (n.tagName) {
+      case "br":
+        return HARD_BREAK;
+      case "code":
+      case "kbd":
+      case "samp":
+      case "tt":
+      case "var": {
+        const t = collapse(textContent(n));
+        return t === "" ? "" : codeSpan(t);
+      }
+      case "a": {
+        const text = collapse(this.inner(n));
+        const href = this.link(attr(n, "href"));
+        if (text === "") return "";
+        return href === "" ? text : `[${text}](${href})`;
+      }
+      case "strong":
+      case "b":
+        return emphasize(this.inner(n), "**");
+      case "em":
+      case "i":
+        return emphasize(this.inner(n), "*");
+      case "img":
+        return attr(n, "alt");
     }
-    if (f) fence = f;
-    // One leading space is an artefact of collapsed HTML whitespace;
-    // deeper indentation is list structure and stays.
-    const l = line.trimEnd().replace(/^ (?! )/, "");
-    if (l === "" && (out.length === 0 || out[out.length - 1] === "")) continue;
-    out.push(l);
+    // A block inside inline content, as in a table cell.
+    if (isBlock(n)) return ` ${this.inner(n)} `;
+    return this.inner(n);
   }
-  while (out.length > 0 && out[out.length - 1] === "") out.pop();
-  return out.join("\n");
+
+  // inner returns the inline rendering of n's children, not yet collapsed.
+  inner(n: Node): string {
+    return children(n)
+      .map((c) => this.inline(c))
+      .join("");
+  }
+
+  // inlineText returns n's content as one finished line of inline markdown.
+  inlineText(n: Node): string {
+    return finish(this.inner(n));
+  }
+
+  link(href: string): string {
+    return safeLink(href, this.base);
+  }
+}
+
+// emphasize wraps raw in marker, keeping its outer whitespace outside the
+// markers, where markdown needs it.
+function emphasize(raw: string, marker: string): string {
+  const t = collapse(raw);
+  if (t === "") return raw;
+  const lead = raw.replace(/^[ \t\r\n]+/, "") !== raw ? " " : "";
+  const trail = raw.replace(/[ \t\r\n]+$/, "") !== raw ? " " : "";
+  return `${lead}${marker}${t}${marker}${trail}`;
+}
+
+// finish collapses inline text and turns hard breaks into newlines.
+function finish(s: string): string {
+  return trimSpace(
+    collapse(s)
+      .split(HARD_BREAK)
+      .map(trimSpace)
+      .join("\n"),
+  );
+}
+
+// textContent returns the text of n and its descendants as it is, for code.
+function textContent(n: Node): string {
+  if (isText(n)) return n.value;
+  if (isElement(n) && n.tagName === "br") return "\n";
+  if (isDropped(n)) return "";
+  return children(n).map(textContent).join("");
+}
+
+// codeLanguage reads the language of a pre from its class ("brush: js" on
+// MDN) or from its code child's ("language-js").
+function codeLanguage(pre: Element): string {
+  let classes = attr(pre, "class");
+  const first = pre.childNodes[0];
+  if (first && isElement(first) && first.tagName === "code") classes += " " + attr(first, "class");
+  const fields = collapse(classes).split(" ");
+  for (let i = 0; i < fields.length; i++) {
+    const f = fields[i]!;
+    let lang = "";
+    if (f === "brush:" && i + 1 < fields.length) lang = fields[i + 1]!;
+    else if (f.startsWith("brush:")) lang = f.slice("brush:".length);
+    else if (f.startsWith("language-")) lang = f.slice("language-".length);
+    lang = lang.toLowerCase();
+    if (lang !== "" && /^[a-z0-9+\-_]+$/.test(lang)) return lang;
+  }
+  return "";
+}
+
+// fence wraps code in a fenced block longer than any backtick run in it.
+function fence(lang: string, code: string): string {
+  let f = "```";
+  while (code.includes(f)) f += "`";
+  return `${f}${lang}\n${code}\n${f}`;
+}
+
+// codeSpan wraps t in backticks, doubled when t holds one.
+function codeSpan(t: string): string {
+  return t.includes("`") ? "`` " + t + " ``" : "`" + t + "`";
+}
+
+// indent prefixes the first line of s with first and the others with rest;
+// empty lines stay empty.
+function indent(s: string, first: string, rest: string): string {
+  return s
+    .split("\n")
+    .map((l, i) => (i === 0 ? first + l : l !== "" ? rest + l : l))
+    .join("\n");
+}
+
+// quote renders blocks as a block quote.
+function quote(blocks: string[]): string {
+  const s = blocks.join("\n\n");
+  if (s === "") return "";
+  return s
+    .split("\n")
+    .map((l) => `> ${l}`.replace(/ +$/, ""))
+    .join("\n");
+}
+
+function nonEmpty(s: string): string[] {
+  return s === "" ? [] : [s];
 }

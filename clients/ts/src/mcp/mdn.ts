@@ -2,10 +2,11 @@
 // is a GetOrFetch through coordd. Failures become tool results with
 // isError set, never exceptions, so that the MCP session goes on.
 
+import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 
 import { Code, ConnectError, UnreachableError, type Document, type GetOptions } from "../client.js";
-import { htmlToMarkdown, safeLink } from "./html.js";
+import { collapse, htmlText, htmlToMarkdown, safeLink } from "./html.js";
 
 /** DEFAULT_MDN_BASE is the MDN site the tools read by default. */
 export const DEFAULT_MDN_BASE = "https://developer.mozilla.org";
@@ -52,8 +53,8 @@ export class MDN {
     const u = docURL(this.base, path);
     if (typeof u !== "string") return failure(u.error);
     const what = `page ${path.trim()}`;
-    const got = await this.fetchJSON(u, what);
-    if ("error" in got) return failure(got.error);
+    const got = await this.fetchJSON(u, what, "mdn_doc");
+    if ("error" in got) return failure(got.error, got.retryAfterSeconds);
     const doc = (got.json as { doc?: MDNDoc } | null)?.doc;
     if (!doc || typeof doc !== "object" || !str(doc.title)) {
       return failure(`unexpected answer from MDN for ${what}: no doc.title in its index.json`);
@@ -73,8 +74,8 @@ export class MDN {
     u.pathname = trimSlash(this.base.pathname) + "/api/v1/search";
     u.search = new URLSearchParams({ q }).toString();
     const what = `search ${JSON.stringify(q)}`;
-    const got = await this.fetchJSON(u.href, what);
-    if ("error" in got) return failure(got.error);
+    const got = await this.fetchJSON(u.href, what, "mdn_search");
+    if ("error" in got) return failure(got.error, got.retryAfterSeconds);
     const res = got.json as SearchResponse | null;
     if (!res || typeof res !== "object" || !Array.isArray(res.documents)) {
       return failure(`unexpected answer from MDN for ${what}: no documents in it`);
@@ -83,13 +84,17 @@ export class MDN {
   }
 
   // fetchJSON gets url through coordd and parses its body; what names the
-  // document in messages.
-  private async fetchJSON(url: string, what: string): Promise<{ json: unknown } | { error: string }> {
+  // document in messages, tool the tool to call again.
+  private async fetchJSON(
+    url: string,
+    what: string,
+    tool: string,
+  ): Promise<{ json: unknown } | { error: string; retryAfterSeconds?: number }> {
     let d: Document;
     try {
       d = await this.coordd.get(url);
     } catch (err) {
-      return { error: this.explain(what, err) };
+      return this.explain(what, tool, err);
     }
     const code = d.metadata.statusCode;
     if (code === 404 || code === 410) {
@@ -103,24 +108,80 @@ export class MDN {
     }
   }
 
-  // explain turns a client error into a message for the assistant.
-  private explain(what: string, err: unknown): string {
+  // explain turns a client error into a message for the assistant, the
+  // Go server's words (cmd/mdn-mcp/mdn.go): what coordd said is quoted as
+  // "(coordd: MESSAGE)". With a RetryInfo, it says when to call tool again,
+  // also as retryAfterSeconds.
+  private explain(what: string, tool: string, err: unknown): { error: string; retryAfterSeconds?: number } {
     const ce = ConnectError.from(err);
-    if (ce instanceof UnreachableError) return `cannot get ${what}: ${ce.rawMessage}`;
     const addr = this.coordd.addr;
+    if (ce instanceof UnreachableError) {
+      const cause = ce.cause instanceof ConnectError ? ce.cause.rawMessage : ce.rawMessage;
+      return { error: `cannot get ${what}: coordd at ${addr} is unreachable (${cause})` };
+    }
+    const said = `(coordd: ${ce.rawMessage})`;
     switch (ce.code) {
       case Code.Unavailable:
-      case Code.ResourceExhausted:
-        return `cannot get ${what}: MDN is unavailable and coordd has no copy (${ce.message})`;
+      case Code.ResourceExhausted: {
+        const why =
+          ce.code === Code.ResourceExhausted
+            ? "MDN's rate limit is reached and coordd has no copy"
+            : "MDN is unavailable and coordd has no copy";
+        const after = retryAfterSeconds(ce);
+        if (after === undefined) return { error: `cannot get ${what}: ${why} ${said}` };
+        return { error: `cannot get ${what}: ${why}. ${retryAdvice(tool, after)} ${said}`, retryAfterSeconds: after };
+      }
       case Code.DeadlineExceeded:
-        return `cannot get ${what}: timed out (${ce.message})`;
+        return { error: `cannot get ${what}: timed out ${said}` };
       case Code.PermissionDenied:
-        return `cannot get ${what}: coordd at ${addr} does not serve ${origin(this.base)} to this client: it is not one of its upstreams, or the token's tenant is not granted it (${ce.message})`;
+        return {
+          error: `cannot get ${what}: coordd at ${addr} does not serve ${origin(this.base)} to this client: it is not one of its upstreams, or the token's tenant is not granted it ${said}`,
+        };
       case Code.Unauthenticated:
-        return `cannot get ${what}: coordd at ${addr} requires a valid token: set $COORDD_TOKEN or --coordd-token (${ce.message})`;
+        return { error: `cannot get ${what}: coordd at ${addr} requires a valid token: set $COORDD_TOKEN or --coordd-token ${said}` };
     }
-    return `cannot get ${what} through coordd at ${addr}: ${ce.message}`;
+    return { error: `cannot get ${what} through coordd at ${addr} ${said}` };
   }
+}
+
+/** retryAdvice tells an assistant when to call tool again. */
+export function retryAdvice(tool: string, seconds: number): string {
+  const unit = seconds === 1 ? "second" : "seconds";
+  return `Wait ${seconds} ${unit}, then call ${tool} again; calling it sooner fails the same way.`;
+}
+
+// retryAfterSeconds reads the google.rpc.RetryInfo detail of err (coordd
+// sends one with RESOURCE_EXHAUSTED and UNAVAILABLE when it knows when
+// asking again is worth it), in whole seconds rounded up, at least 1.
+function retryAfterSeconds(err: ConnectError): number | undefined {
+  for (const d of err.details) {
+    if (!("type" in d) || d.type !== "google.rpc.RetryInfo") continue;
+    try {
+      // RetryInfo { google.protobuf.Duration retry_delay = 1; }
+      // Duration { int64 seconds = 1; int32 nanos = 2; }
+      const r = new BinaryReader(d.value);
+      let seconds = 0;
+      let nanos = 0;
+      while (r.pos < r.len) {
+        const [field, wire] = r.tag();
+        if (field !== 1 || wire !== 2) {
+          r.skip(wire);
+          continue;
+        }
+        const dr = new BinaryReader(r.bytes());
+        while (dr.pos < dr.len) {
+          const [f, w] = dr.tag();
+          if (f === 1) seconds = Number(dr.int64());
+          else if (f === 2) nanos = dr.int32();
+          else dr.skip(w);
+        }
+      }
+      return Math.max(1, Math.ceil(seconds + nanos / 1e9));
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
 }
 
 // eslint-disable-next-line no-control-regex
@@ -151,7 +212,9 @@ export function docURL(base: URL, path: string): string | { error: string } {
     return bad(`path ${q} must not contain ?, #, \\ or control characters, even escaped`);
   }
   dec = dec.replace(/\/$/, "").replace(/\/index\.json$/, "");
-  if (dec.split("/").some((seg) => seg === "." || seg === "..")) return bad(`path ${q} must not contain . or .. segments`);
+  if (dec.split("/").some((seg) => [".", ".."].includes(seg.split(";")[0]!))) return bad(`path ${q} must not contain . or .. segments`);
+  // coordd refuses these too (INVALID_ARGUMENT); say so here, plainly.
+  if (/%2F|%2E|%25/i.test(p)) return bad(`path ${q} must not contain an escaped /, . or %`);
   if (dec === "") return bad(`path ${q} names no page`);
   const u = new URL(base);
   // The pathname setter percent-encodes what needs it, except "%" itself.
@@ -177,10 +240,6 @@ function str(v: unknown): string {
   return typeof v === "string" ? v : "";
 }
 
-function collapse(s: string): string {
-  return s.split(/\s+/).filter(Boolean).join(" ");
-}
-
 function trimSlash(p: string): string {
   return p.replace(/\/+$/, "");
 }
@@ -189,17 +248,18 @@ function origin(base: URL): string {
   return base.href.replace(/\/$/, "");
 }
 
-/** renderDoc renders an MDN index.json "doc": title, summary, source URL,
- * then each section under its title. */
+/** renderDoc renders an MDN index.json "doc" as the Go server does: title,
+ * the summary unless the opening section starts with it, source URL, then
+ * each section under its title. */
 export function renderDoc(doc: MDNDoc, base: URL): string {
-  const page = safeLink(str(doc.mdn_url), base.href);
+  const page = safeLink(str(doc.mdn_url), base);
+  const body = Array.isArray(doc.body) ? (doc.body as unknown[]) : [];
   const blocks = [`# ${collapse(str(doc.title))}`];
   const summary = collapse(str(doc.summary));
-  if (summary) blocks.push(summary);
+  if (summary && !introSays(body, summary)) blocks.push(summary);
   if (page) blocks.push(`Source: ${page}`);
-  for (const s of Array.isArray(doc.body) ? (doc.body as unknown[]) : []) {
-    if (!s || typeof s !== "object") continue;
-    const { type, value } = s as { type?: unknown; value?: unknown };
+  for (const s of body) {
+    const { type, value } = (s && typeof s === "object" ? s : {}) as { type?: unknown; value?: unknown };
     const v = (value && typeof value === "object" ? value : {}) as Record<string, unknown>;
     const title = collapse(str(v["title"]));
     if (title) blocks.push(`${v["isH3"] === true ? "###" : "##"} ${title}`);
@@ -213,19 +273,28 @@ export function renderDoc(doc: MDNDoc, base: URL): string {
       }
       case "specifications": {
         const specs = (Array.isArray(v["specifications"]) ? (v["specifications"] as Record<string, unknown>[]) : [])
-          .map((sp) => ({ title: collapse(str(sp?.["title"])), url: safeLink(str(sp?.["bcdSpecificationURL"]), base.href) }))
+          .map((sp) => ({ title: collapse(str(sp?.["title"])), url: safeLink(str(sp?.["bcdSpecificationURL"]), base) }))
           .filter((sp) => sp.url)
-          .map((sp) => `- [${sp.title || sp.url}](${sp.url})`);
+          .map((sp) => `- [${sp.title}](${sp.url})`);
         blocks.push(specs.length > 0 ? specs.join("\n") : "No specification listed.");
         break;
       }
       default: {
-        const md = htmlToMarkdown(str(v["content"]), { baseUrl: base.href });
+        const md = htmlToMarkdown(str(v["content"]), base);
         if (md) blocks.push(md);
       }
     }
   }
   return blocks.join("\n\n") + "\n";
+}
+
+// introSays reports whether the page's untitled opening section starts
+// with summary, as it usually does: MDN derives the summary from it.
+function introSays(body: unknown[], summary: string): boolean {
+  const first = body[0] as { type?: unknown; value?: Record<string, unknown> } | undefined;
+  if (!first || typeof first !== "object" || first.type !== "prose") return false;
+  const v = first.value && typeof first.value === "object" ? first.value : {};
+  return str(v["title"]) === "" && htmlText(str(v["content"])).startsWith(summary);
 }
 
 /** renderSearch lists the top SEARCH_RESULTS results with their paths. */
@@ -261,6 +330,8 @@ function success(text: string): CallToolResult {
   return { content: [{ type: "text", text }] };
 }
 
-function failure(text: string): CallToolResult {
-  return { content: [{ type: "text", text }], isError: true };
+function failure(text: string, retryAfterSeconds?: number): CallToolResult {
+  const r: CallToolResult = { content: [{ type: "text", text }], isError: true };
+  if (retryAfterSeconds !== undefined) r.structuredContent = { retryAfterSeconds };
+  return r;
 }

@@ -1,24 +1,27 @@
 #!/usr/bin/env node
-// Command server is a stdio MCP server offering mdn_doc and mdn_search,
-// which read MDN through coordd instead of fetching it themselves.
+// Command server is an MCP server offering mdn_doc and mdn_search, which
+// read MDN through coordd instead of fetching it themselves. It speaks MCP
+// on stdio, or with --http serves MCP Streamable HTTP at /mcp, stateless,
+// as the Go server (cmd/mdn-mcp) does.
 //
 //	node dist/mcp/server.js [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
 //	  [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
 //	  [--coordd-tls-cert FILE --coordd-tls-key FILE]
+//	  [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { z } from "zod";
 
 import { CoorddClient, DEFAULT_ADDR, type ClientOptions } from "../client.js";
-import { DEFAULT_MDN_BASE, MDN, SEARCH_RESULTS } from "./mdn.js";
+import { serveHTTP } from "./http.js";
+import { newServer } from "./tools.js";
+import { DEFAULT_MDN_BASE, MDN } from "./mdn.js";
 
 const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION] [--coordd-token TOKEN]
               [--coordd-tls] [--coordd-tls-ca FILE] [--coordd-tls-cert FILE --coordd-tls-key FILE]
+              [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
 
   --coordd ADDR            coordd's gRPC address (default ${DEFAULT_ADDR})
   --mdn-base URL           MDN's base URL; coordd must have it as an upstream (default ${DEFAULT_MDN_BASE})
@@ -30,6 +33,13 @@ const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DU
   --coordd-tls-ca FILE     dial coordd over TLS, trusting the CAs in this PEM file
   --coordd-tls-cert FILE   client certificate PEM file, for a coordd that requires one (mutual TLS)
   --coordd-tls-key FILE    the client certificate's key PEM file
+  --http ADDR              serve MCP Streamable HTTP at http://ADDR/mcp (host:port, or :port for
+                           every interface) instead of stdio, stateless; MCP clients must send
+                           $MDN_MCP_TOKEN as a bearer token if it is set
+  --drain-delay DURATION   with --http: how long /healthz answers 503 after SIGTERM before the
+                           listener closes, for the balancer to notice (default 0s)
+  --shutdown-grace DURATION  with --http: how long requests in flight may run once the listener
+                           is closed (default 10s)
 `;
 
 /** securityOptions turns the security flags into ClientOptions. Errors
@@ -64,59 +74,9 @@ function securityOptions(v: {
 
 // parseDuration reads "30s", "1500ms", "2m" or plain seconds, in ms.
 function parseDuration(s: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(s.trim());
+  const m = /^(-?\d+(?:\.\d+)?)(ms|s|m)?$/.exec(s.trim());
   if (!m) return NaN;
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[m[2] ?? "s"]!;
-}
-
-/** newServer returns an MCP server whose tools read MDN through mdn: the
- * same tools as the Go server (cmd/mdn-mcp). */
-function newServer(mdn: MDN): McpServer {
-  const server = new McpServer(
-    { name: "mdn-mcp", title: "MDN Web Docs", version: "0.1.0" },
-    { instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it." },
-  );
-  const annotations = { readOnlyHint: true, idempotentHint: true, openWorldHint: true };
-  server.registerTool(
-    "mdn_doc",
-    {
-      title: "Read an MDN page",
-      description:
-        "Returns an MDN Web Docs page as markdown: title, summary, and every section " +
-        "(syntax, parameters, examples, specifications). Takes the page's path, e.g. /en-US/docs/Web/API/Fetch_API.",
-      inputSchema: {
-        path: z
-          .string()
-          .describe("the page's path on MDN, e.g. /en-US/docs/Web/JavaScript/Reference/Global_Objects/Array/map"),
-      },
-      annotations,
-    },
-    ({ path }) => guard(() => mdn.doc(path)),
-  );
-  server.registerTool(
-    "mdn_search",
-    {
-      title: "Search MDN",
-      description: `Searches MDN Web Docs and returns the top ${SEARCH_RESULTS} pages with their paths (for mdn_doc) and summaries.`,
-      inputSchema: {
-        query: z.string().describe("what to search for, e.g. array map"),
-      },
-      annotations,
-    },
-    ({ query }) => guard(() => mdn.search(query)),
-  );
-  return server;
-}
-
-// guard turns an unexpected exception (a bug, or data in a shape nobody
-// foresaw) into a tool error too, with the reason, instead of leaving it to
-// the SDK's generic message.
-async function guard(f: () => Promise<CallToolResult>): Promise<CallToolResult> {
-  try {
-    return await f();
-  } catch (err) {
-    return { content: [{ type: "text", text: `internal error: ${String(err)}` }], isError: true };
-  }
 }
 
 async function main(): Promise<void> {
@@ -132,6 +92,9 @@ async function main(): Promise<void> {
         "coordd-tls-ca": { type: "string" },
         "coordd-tls-cert": { type: "string" },
         "coordd-tls-key": { type: "string" },
+        http: { type: "string" },
+        "drain-delay": { type: "string", default: "0s" },
+        "shutdown-grace": { type: "string", default: "10s" },
         help: { type: "boolean", short: "h" },
       },
       strict: true,
@@ -149,6 +112,21 @@ async function main(): Promise<void> {
   if (!(timeoutMs > 0)) {
     process.stderr.write(`--timeout ${JSON.stringify(values.timeout)}: want a positive duration such as 30s\n`);
     process.exit(2);
+  }
+  const drainDelayMs = parseDuration(values["drain-delay"]);
+  const graceMs = parseDuration(values["shutdown-grace"]);
+  if (!(drainDelayMs >= 0) || !(graceMs > 0)) {
+    process.stderr.write(`--drain-delay ${values["drain-delay"]}, --shutdown-grace ${values["shutdown-grace"]}: want >= 0 and > 0\n`);
+    process.exit(2);
+  }
+  let listen: { host: string | undefined; port: number } | undefined;
+  if (values.http !== undefined) {
+    const m = /^(.*):(\d+)$/.exec(values.http);
+    if (!m || Number(m[2]) > 65535) {
+      process.stderr.write(`--http ${JSON.stringify(values.http)}: want host:port or :port\n`);
+      process.exit(2);
+    }
+    listen = { host: m[1] === "" ? undefined : m[1]!.replace(/^\[(.*)\]$/, "$1"), port: Number(m[2]) };
   }
   let security: ClientOptions;
   try {
@@ -170,6 +148,29 @@ async function main(): Promise<void> {
   } catch (err) {
     process.stderr.write(`--mdn-base: ${(err as Error).message}\n`);
     process.exit(2);
+  }
+  if (listen) {
+    const log = (line: string) => process.stderr.write(line + "\n");
+    let http;
+    try {
+      http = await serveHTTP(
+        { host: listen.host ?? "", port: listen.port, token: process.env["MDN_MCP_TOKEN"] || undefined, drainDelayMs, graceMs, log },
+        () => newServer(mdn),
+      );
+    } catch (err) {
+      process.stderr.write(`--http: ${(err as Error).message}\n`);
+      process.exit(1);
+    }
+    log(`mdn-mcp: coordd ${coordd.addr}, MDN ${mdn.base.href}`);
+    const stop = () => {
+      void http.drain().then((ok) => {
+        coordd.close();
+        process.exit(ok ? 0 : 1);
+      });
+    };
+    process.once("SIGTERM", stop);
+    process.once("SIGINT", stop);
+    return;
   }
   const server = newServer(mdn);
   // stdout carries the protocol: anything else goes to stderr.
