@@ -188,7 +188,7 @@ soak: deps
 # (e.g. STRESS_ARGS='-run Lock ./server/').
 STRESS_RUNS ?= 5
 STRESS_ARGS ?= ./...
-stress-test: deps stress-deps
+stress-test: deps stress-deps ts-build conformance-tools
 	@stress-ng --cpu $$(nproc) --timeout 0 --quiet & hog=$$!; \
 	trap 'kill $$hog 2>/dev/null' EXIT; \
 	failed=0; \
