@@ -89,8 +89,18 @@ func newEnv(h redistest.TB, cfg config) *env {
 // upstream's rate limit off (the figures are about coordination, not the
 // limiter) and logs discarded.
 func (e *env) startCoordd() *instance {
-	h := e.h
-	opt, err := redis.ParseURL(e.redis.URL())
+	return startCoordd(e.h, e.redis.URL(), coordinator.Upstream{
+		Name:       "bench",
+		BaseURL:    e.up.url,
+		Protection: coordinator.Protection{RateLimit: -1},
+	})
+}
+
+// startCoordd runs one coordd instance (coordinator and gRPC server, as
+// cmd/coordd wires them) for up on a free loopback port, with Redis at
+// redisURL and logs discarded. h's cleanups stop it.
+func startCoordd(h redistest.TB, redisURL string, up coordinator.Upstream) *instance {
+	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		h.Fatalf("redis url: %v", err)
 	}
@@ -102,12 +112,8 @@ func (e *env) startCoordd() *instance {
 	in := &instance{rdb: rdb}
 	var mu sync.Mutex // protects in.g until it is set
 	cfg := coordinator.Config{
-		Upstreams: []coordinator.Upstream{{
-			Name:       "bench",
-			BaseURL:    e.up.url,
-			Protection: coordinator.Protection{RateLimit: -1},
-		}},
-		Logger: slog.New(slog.DiscardHandler),
+		Upstreams: []coordinator.Upstream{up},
+		Logger:    slog.New(slog.DiscardHandler),
 	}
 	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
 		mu.Lock()

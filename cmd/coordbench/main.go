@@ -3,6 +3,7 @@
 // ratio to its baseline.
 //
 //	coordbench [--quick] [--report FILE] [--latency D] [--small N] [--large N]
+//	coordbench --swarm [--quick]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/redistest), a local
@@ -15,6 +16,10 @@
 //     Processes share nothing, so each fetches the upstream.
 //   - floor: a bare gRPC server streaming the same bytes, pre-encoded, from
 //     memory: what no service can beat.
+//
+// --swarm runs only the agent-swarm benchmark (swarm.go): go-sdk MCP
+// clients against three fleets of MCP servers, in front of a local MDN
+// behind an edge limiter; the full run with --report runs it too.
 //
 // With --report it also writes the report (machine facts, the command, the
 // table) to FILE and the plots as PNG files beside it. --quick measures
@@ -53,6 +58,7 @@ func main() {
 // config is what the flags choose.
 type config struct {
 	quick   bool
+	swarm   bool          // only the agent-swarm benchmark
 	report  string        // report file; empty: none
 	latency time.Duration // the upstream's answer time
 	small   int           // small body, bytes
@@ -78,6 +84,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("coordbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "measure less: fewer rounds, 100,000 documents in L1, 1,000 streams (under a minute on 2 cores)")
+	swarm := fs.Bool("swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -95,7 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--latency must not be negative")
 	}
 	c := config{
-		quick: *quick, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: *swarm, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
@@ -128,10 +135,20 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 		return err
 	}
 	started := time.Now()
-	e := newEnv(h, cfg)
 	progress := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "coordbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, a...)...)
 	}
+	if cfg.swarm {
+		sw, err := runSwarm(ctx, h, defaultSwarm(cfg.quick), progress)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, renderSwarm(sw))
+		if cfg.report == "" {
+			return nil
+		}
+	}
+	e := newEnv(h, cfg)
 	res, err := measure(ctx, e, progress)
 	if err != nil {
 		return err
