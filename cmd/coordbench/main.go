@@ -17,9 +17,10 @@
 //   - floor: a bare gRPC server streaming the same bytes, pre-encoded, from
 //     memory: what no service can beat.
 //
-// --swarm runs only the agent-swarm benchmark (swarm.go): go-sdk MCP
-// clients against three fleets of MCP servers, in front of a local MDN
-// behind an edge limiter; the full run with --report runs it too.
+// --swarm (or --agents) runs only the agent-swarm benchmark (swarm.go):
+// go-sdk MCP clients against three fleets of MCP servers, in front of a
+// local MDN behind an edge limiter; the full run runs it first and puts
+// its table and plot in the report.
 //
 // With --report it also writes the report (machine facts, the command, the
 // table) to FILE and the plots as PNG files beside it. --quick measures
@@ -84,7 +85,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("coordbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "measure less: fewer rounds, 100,000 documents in L1, 1,000 streams (under a minute on 2 cores)")
-	swarm := fs.Bool("swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN")
+	var swarm bool
+	fs.BoolVar(&swarm, "swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN (with --quick: a smaller swarm)")
+	fs.BoolVar(&swarm, "agents", false, "the same as --swarm")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -96,13 +99,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	switch {
+	case swarm && *report != "":
+		return config{}, errors.New("--swarm prints the swarm's table only; the full run with --report includes it")
 	case *small <= 0 || *large <= 0:
 		return config{}, errors.New("--small and --large must be positive")
 	case *latency < 0:
 		return config{}, errors.New("--latency must not be negative")
 	}
 	c := config{
-		quick: *quick, swarm: *swarm, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
@@ -144,15 +149,19 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprint(stdout, renderSwarm(sw))
-		if cfg.report == "" {
-			return nil
-		}
+		return nil
+	}
+	// The swarm first, before the grid's environment fills the heap.
+	sw, err := runSwarm(ctx, h, defaultSwarm(cfg.quick), progress)
+	if err != nil {
+		return err
 	}
 	e := newEnv(h, cfg)
 	res, err := measure(ctx, e, progress)
 	if err != nil {
 		return err
 	}
+	res.swarm = sw
 	res.elapsed = time.Since(started)
 	table := renderTable(res)
 	fmt.Fprint(stdout, table)

@@ -23,6 +23,7 @@ type results struct {
 	tput    []tputPoint
 	streams streamsResult
 	mem     memResult
+	swarm   *swarmResult // nil if not run
 	elapsed time.Duration
 }
 

@@ -22,6 +22,7 @@ func drawPlots(res *results, dir string) ([]string, error) {
 	}{
 		{"lag-cdf.png", lagCDF},
 		{"throughput.png", throughputPlot},
+		{"swarm.png", swarmPlot},
 	} {
 		pl, err := p.draw(res)
 		if err != nil {
@@ -150,4 +151,61 @@ func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ts
+}
+
+// swarmPlot compares the swarm's three fleets: upstream requests, 429s
+// received and failed tool calls, side by side per fleet.
+func swarmPlot(res *results) (*plot.Plot, error) {
+	sw := res.swarm
+	if sw == nil || len(sw.fleets) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Agent swarm: %d MCP agents, %d replicas per fleet, edge limit %d req/s", sw.cfg.agents, sw.cfg.replicas, sw.cfg.edge.rate)
+	p.Y.Label.Text = "count, whole run"
+	p.Y.Tick.Marker = wholeTicks{}
+	p.Legend.Top = true
+	var names []string
+	for _, f := range sw.fleets {
+		names = append(names, shortFleet(f.name))
+	}
+	w := vg.Points(18)
+	for i, m := range []struct {
+		name string
+		pick func(fleetResult) int
+	}{
+		{"upstream requests", func(f fleetResult) int { return f.upstream }},
+		{"429s received", func(f fleetResult) int { return f.limited }},
+		{"failed tool calls", func(f fleetResult) int { return f.failedCalls }},
+	} {
+		var vs plotter.Values
+		for _, f := range sw.fleets {
+			vs = append(vs, float64(m.pick(f)))
+		}
+		bars, err := plotter.NewBarChart(vs, w)
+		if err != nil {
+			return nil, err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = w * vg.Length(i-1)
+		p.Add(bars)
+		p.Legend.Add(m.name, bars)
+	}
+	p.NominalX(names...)
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
+	return p, nil
+}
+
+// shortFleet is a fleet's name short enough for an axis.
+func shortFleet(name string) string {
+	switch name {
+	case fleetLocal:
+		return "in-process cache"
+	case fleetSeed:
+		return "seed: SET NX PX + polling"
+	case fleetCoordd:
+		return "mdn-mcp + coordd"
+	}
+	return name
 }

@@ -108,6 +108,9 @@ func renderTable(res *results) string {
 		w("\nFirst error seen: %s\n", err)
 	}
 	w("\nMeasured in %.0f s.\n", res.elapsed.Seconds())
+	if res.swarm != nil {
+		w("\n%s", renderSwarm(res.swarm))
+	}
 	return b.String()
 }
 
@@ -358,7 +361,8 @@ func renderReport(res *results, table string, plots []string) string {
 	w("- **Cold burst**: N callers call GetOrFetch for one new key at once, spread round-robin over K instances. The upstream holds its answer until every caller has received its first progress event (so every caller waits), then answers after the configured latency. Each burst uses a new key.\n")
 	w("- **Follower lag**: from the moment the answer leaves the upstream (just before its body is written) to each caller's metadata and last byte, on one clock (one process). The floor instead sends its bytes the moment the burst is released.\n")
 	w("- **Warm hits**: callers loop `Get` (clients/go, zero-copy receive) on a document already in L1 (for the polling baseline: in its map).\n")
-	w("- **Memory**: live heap after a forced GC, before and after filling, divided by the documents; GC figures from forced `runtime.GC()` calls.\n\n")
+	w("- **Memory**: live heap after a forced GC, before and after filling, divided by the documents; GC figures from forced `runtime.GC()` calls.\n")
+	w("- **Agent swarm**: A go-sdk MCP clients over Streamable HTTP, spread round-robin over M replicas, start at once and run sub-tasks (mdn_search, then mdn_doc twice, pages drawn from a Zipf popularity) against each fleet in turn, each fleet cold. The local MDN sits behind an edge limiter like Cloudflare's (one client IP, a one-second count, 429 with Retry-After past R, a block for a client that keeps asking); upstream requests and 429s are counted there, failed calls and latency at the agents. `go run ./cmd/coordbench --swarm` prints this table alone; `--swarm --quick` a smaller swarm. The mdn-mcp replicas of the coordd fleet are separate processes (`go build ./cmd/mdn-mcp`); the baselines' MCP servers run in this process, each with its own cache, as separate processes would be.\n\n")
 	w("%s\n", demoteHeadings(table))
 	if len(plots) > 0 {
 		w("## Plots\n\n")

@@ -287,11 +287,11 @@ func renderSwarm(r *swarmResult) string {
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("## Agent swarm: MCP fleets against an edge-limited MDN (goal: coordd's fleet 0 failed calls, 0 429s)\n\n")
 	w("%s. Each agent is a go-sdk MCP client over Streamable HTTP; a failed call is retried once after its retryAfterSeconds (at most %v). Every fleet starts cold, with an empty Redis and an edge that has forgotten it.\n\n", r.cfg, r.cfg.retryCap)
-	w("| fleet | upstream requests | 429s received | edge blocks | tool calls | failed tool calls | failed tasks | most requests for one URL | call latency p50 / p99 ms | wall |\n")
+	w("| fleet | upstream requests | 429s received | edge blocks | URLs served (most times one was) | tool calls | failed tool calls | failed tasks | call latency p50 / p99 ms | wall |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, f := range r.fleets {
 		p50, p99, _ := percentiles(f.latency)
-		w("| %s | %d | %d | %d | %d | %d | %d / %d | %d | %s / %s | %.1fs |\n", f.name, f.upstream, f.limited, f.blocks, f.calls, f.failedCalls, f.failedTasks, f.tasks, f.maxPerURL, msNum(p50), msNum(p99), f.elapsed.Seconds())
+		w("| %s | %d | %d | %d | %d (%d) | %d | %d | %d / %d | %s / %s | %.1fs |\n", f.name, f.upstream, f.limited, f.blocks, f.urls, f.maxPerURL, f.calls, f.failedCalls, f.failedTasks, f.tasks, msNum(p50), msNum(p99), f.elapsed.Seconds())
 	}
 	if len(r.fleets) == 3 {
 		co := r.fleets[2]
@@ -300,8 +300,8 @@ func renderSwarm(r *swarmResult) string {
 			c50, c99, _ := percentiles(co.latency)
 			b50, b99, _ := percentiles(base.latency)
 			w("| %s | %s | %s | %s | %s | %s | %s |\n", base.name,
-				ratio(float64(co.upstream), float64(base.upstream)), ratio(float64(co.limited), float64(base.limited)),
-				ratio(float64(co.failedCalls), float64(base.failedCalls)), ratio(float64(co.failedTasks), float64(base.failedTasks)),
+				ratio(float64(co.upstream), float64(base.upstream)), countRatio(co.limited, base.limited),
+				countRatio(co.failedCalls, base.failedCalls), countRatio(co.failedTasks, base.failedTasks),
 				ratio(float64(c50), float64(b50)), ratio(float64(c99), float64(b99)))
 		}
 	}
@@ -311,6 +311,15 @@ func renderSwarm(r *swarmResult) string {
 		}
 	}
 	return b.String()
+}
+
+// countRatio is ratio for counts, except that none against some reads
+// "0 vs N" rather than "0.000×".
+func countRatio(a, b int) string {
+	if a == 0 && b > 0 {
+		return fmt.Sprintf("0 vs %d", b)
+	}
+	return ratio(float64(a), float64(b))
 }
 
 func truncate(s string, n int) string {

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/vg"
 )
 
 // TestTinySwarm runs the agent swarm at its smallest: 3 agents, one MCP
@@ -51,5 +54,12 @@ func TestTinySwarm(t *testing.T) {
 	}
 	if table := renderSwarm(res); !strings.Contains(table, fleetCoordd) || !strings.Contains(table, "coordd ÷") {
 		t.Errorf("table lacks the coordd fleet or the ratios:\n%s", table)
+	}
+	p, err := swarmPlot(&results{swarm: res})
+	if err != nil || p == nil {
+		t.Fatalf("swarmPlot: %v, %v; want a plot", p, err)
+	}
+	if err := p.Save(4*vg.Inch, 3*vg.Inch, filepath.Join(t.TempDir(), "swarm.png")); err != nil {
+		t.Errorf("save the swarm plot: %v", err)
 	}
 }
