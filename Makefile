@@ -169,10 +169,11 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./clients/go/
 	$(MAKE) --no-print-directory report
 
-# report runs cmd/coordbench in full (a few minutes on 2 cores): coordd
-# against the 200 ms polling design and a bare gRPC floor, printed as one
-# table and written to bench/REPORT.md with the machine's facts and the
-# plots (bench/*.png). `go run ./cmd/coordbench --quick` prints the same
+# report runs cmd/coordbench in full (a few minutes on 2 cores): the agent
+# swarm (MCP fleets against an edge-limited MDN), then coordd against the
+# 200 ms polling design and a bare gRPC floor, printed as one table and
+# written to bench/REPORT.md with the machine's facts and the plots
+# (bench/*.png). `go run ./cmd/coordbench --quick` prints the same
 # table in under a minute.
 report: deps
 	$(GO) run ./cmd/coordbench --report bench/REPORT.md

@@ -97,7 +97,8 @@ type edgeCounts struct {
 	byURL                     map[string]int // requests served, by URL
 }
 
-// counts returns the counts since the last reset, and resets them.
+// reset returns the counts since the last reset and starts afresh: no
+// counts, no window, no block.
 func (e *edge) reset() edgeCounts {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -225,33 +225,16 @@ func upstreamClient() *http.Client {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
-var (
-	mdnMCPOnce sync.Once
-	mdnMCPPath string
-	mdnMCPErr  error
-)
-
-// mdnMCPBinary builds cmd/mdn-mcp once per process into a temporary
-// directory and returns its path. The binary, not an in-process handler:
-// its package is main and exports nothing, and a process per replica is
-// what a fleet runs.
+// mdnMCPBinary builds cmd/mdn-mcp into a temporary directory, removed on
+// h's cleanup, and returns its path (Go's build cache makes a rebuild a
+// link). The binary, not an in-process handler: its package is main and
+// exports nothing, and a process per replica is what a fleet runs.
 func mdnMCPBinary(h redistest.TB) string {
-	mdnMCPOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "coordbench-mdn-mcp-")
-		if err != nil {
-			mdnMCPErr = err
-			return
-		}
-		mdnMCPPath = filepath.Join(dir, "mdn-mcp")
-		out, err := exec.Command("go", "build", "-o", mdnMCPPath, "github.com/coordd/coordd/cmd/mdn-mcp").CombinedOutput()
-		if err != nil {
-			mdnMCPErr = fmt.Errorf("go build cmd/mdn-mcp: %v\n%s", err, out)
-		}
-	})
-	if mdnMCPErr != nil {
-		h.Fatalf("%v", mdnMCPErr)
+	bin := filepath.Join(h.TempDir(), "mdn-mcp")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/coordd/coordd/cmd/mdn-mcp").CombinedOutput(); err != nil {
+		h.Fatalf("go build cmd/mdn-mcp: %v\n%s", err, out)
 	}
-	return mdnMCPPath
+	return bin
 }
 
 // listenRE finds the URL mdn-mcp logs once it listens.
