@@ -65,7 +65,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-ts deps run build soak bench report stress-test stress-deps
+.PHONY: test test-short test-ts deps run build soak bench report stress-test stress-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -133,6 +133,13 @@ test: deps check-generated
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory test-ts
+
+# test-short is the fast loop: it needs nothing but Go. Tests that start
+# redis-server, HAProxy, Node, Python or a child process skip under -short
+# (centrally: redistest.Start, haproxytest.Path, the Python and mdn-mcp
+# runners, cmd/coordd's child processes); make test runs them all.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 test-ts:
 	cd clients/ts && npm ci --no-audit --no-fund && npm run build && npm test
