@@ -18,7 +18,7 @@ const maxHeaderBytes = 1 << 10
 // dropped whole, never repaired: a repaired ETag sent back in If-None-Match
 // would not be the upstream's, and a repaired Content-Type or
 // Last-Modified would be a guess. It is called while d is being built, by
-// document and decodeDocument (copies cached before it existed).
+// the coordinator and Decode (copies cached before it existed).
 func (d *Document) DropBadHeaders() {
 	for _, v := range []*string{&d.ContentType, &d.ETag, &d.LastModified} {
 		if !servableHeader(*v) {

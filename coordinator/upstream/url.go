@@ -84,7 +84,7 @@ func CanonicalURL(raw string) (*url.URL, error) {
 // escapedPathTricks are the escapes refused in a url's path, upper case.
 var escapedPathTricks = []string{"%2F", "%2E", "%25", "%5C"}
 
-// checkPath refuses the path tricks canonicalURL documents, in u as parsed.
+// checkPath refuses the path tricks CanonicalURL documents, in u as parsed.
 func checkPath(u *url.URL) error {
 	// RawPath holds the path as written whenever it differs from the
 	// default encoding of Path; otherwise that encoding is what was written.
