@@ -65,7 +65,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps
+.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -152,6 +152,13 @@ ts-build:
 
 test-ts: ts-build
 	cd clients/ts && npm test
+
+# test-short is the fast loop: it needs nothing but Go. Tests that start
+# redis-server, HAProxy, Node, Python or a child process skip under -short
+# (centrally: redistest.Start, haproxytest.Path, the Python and mdn-mcp
+# runners, cmd/coordd's child processes); make test runs them all.
+test-short:
+	$(GO) test -short -count=1 ./...
 
 build:
 	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd

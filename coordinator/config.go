@@ -3,42 +3,31 @@ package coordinator
 import (
 	"fmt"
 	"log/slog"
-	"net/url"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/coordd/coordd/coordinator/upstream"
 )
 
-// Upstream is one operator-configured documentation upstream. Zero fields
-// take the defaults written beside them.
-type Upstream struct {
-	// Name identifies the upstream in logs, metrics and metadata.
-	Name string
-	// BaseURL is the scheme, host and optional base path that every url
-	// fetched from this upstream, and every redirect followed, must be
-	// under, segment by segment. A base path ending in "/" admits only
-	// what is under that directory: "https://h/docs/" admits /docs/ and
-	// /docs/x but not /docs, while "https://h/docs" admits /docs too. It
-	// is canonicalized like a request url, and refused on the same path
-	// tricks.
-	BaseURL string
-	// TTL is a document's fresh lifetime. Default: 10m.
-	TTL time.Duration
-	// StaleTTL is how long past TTL a copy may still be served stale.
-	// Default: 24h. Negative: no stale window.
-	StaleTTL time.Duration
-	// Timeout bounds one upstream attempt, body included. Default: 10s.
-	Timeout time.Duration
-	// MaxBodyBytes is the largest body accepted; a larger one fails the
-	// call and is not cached. Default: 10 MiB.
-	MaxBodyBytes int64
-	// NegativeTTL is how long a 404 or 410 is cached. Default: 1m.
-	NegativeTTL time.Duration
-	// Protection configures retries, the breaker and the rate limit.
-	Protection Protection
+// Upstream is one operator-configured documentation upstream (see
+// upstream.Config). Zero fields take the defaults written beside them.
+type Upstream = upstream.Config
 
-	base *url.URL // parsed BaseURL, canonical, its trailing "/" kept
-}
+// Protection configures how coordd protects one upstream (see
+// upstream.Protection).
+type Protection = upstream.Protection
+
+// RetryPolicy configures retries (see upstream.RetryPolicy).
+type RetryPolicy = upstream.RetryPolicy
+
+// BreakerPolicy configures the circuit breaker (see upstream.BreakerPolicy).
+type BreakerPolicy = upstream.BreakerPolicy
+
+// MaxRedirects is the most redirects one fetch follows.
+const MaxRedirects = upstream.MaxRedirects
+
+// DefaultUpstream is the upstream used when none is configured: MDN.
+func DefaultUpstream() Upstream { return upstream.Default() }
 
 // Config configures a Coordinator. Zero fields take the defaults written
 // beside them.
@@ -84,62 +73,6 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultUpstream is the upstream used when none is configured.
-func DefaultUpstream() Upstream {
-	return Upstream{Name: "mdn", BaseURL: "https://developer.mozilla.org"}
-}
-
-var upstreamName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
-
-func (u *Upstream) setDefaults() {
-	if u.TTL == 0 {
-		u.TTL = 10 * time.Minute
-	}
-	if u.StaleTTL == 0 {
-		u.StaleTTL = 24 * time.Hour
-	}
-	if u.StaleTTL < 0 {
-		u.StaleTTL = 0
-	}
-	if u.Timeout == 0 {
-		u.Timeout = 10 * time.Second
-	}
-	if u.MaxBodyBytes == 0 {
-		u.MaxBodyBytes = 10 << 20
-	}
-	if u.NegativeTTL == 0 {
-		u.NegativeTTL = time.Minute
-	}
-	u.Protection.setDefaults()
-}
-
-func (u *Upstream) validate(i int) error {
-	field := fmt.Sprintf("upstreams[%d]", i)
-	if !upstreamName.MatchString(u.Name) {
-		return fmt.Errorf("%s.name: %q must match %s", field, u.Name, upstreamName)
-	}
-	field = fmt.Sprintf("upstreams[%d] (%s)", i, u.Name)
-	b, err := url.Parse(u.BaseURL)
-	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil || b.RawQuery != "" || b.Fragment != "" {
-		return fmt.Errorf("%s.base_url: %q must be an absolute http(s) URL without userinfo, query or fragment", field, u.BaseURL)
-	}
-	if b, err = canonicalURL(u.BaseURL); err != nil {
-		return fmt.Errorf("%s.base_url: %v", field, err)
-	}
-	u.base = b
-	switch {
-	case u.TTL < 0:
-		return fmt.Errorf("%s.ttl: must not be negative", field)
-	case u.Timeout < 0:
-		return fmt.Errorf("%s.timeout: must not be negative", field)
-	case u.MaxBodyBytes < 0:
-		return fmt.Errorf("%s.max_body_bytes: must not be negative", field)
-	case u.NegativeTTL < 0:
-		return fmt.Errorf("%s.negative_ttl: must not be negative", field)
-	}
-	return u.Protection.validate(field)
-}
-
 func (c *Config) setDefaults() {
 	if len(c.Upstreams) == 0 {
 		c.Upstreams = []Upstream{DefaultUpstream()}
@@ -177,7 +110,7 @@ func (c *Config) setDefaults() {
 	copy(ups, c.Upstreams)
 	c.Upstreams = ups
 	for i := range c.Upstreams {
-		c.Upstreams[i].setDefaults()
+		c.Upstreams[i].SetDefaults()
 	}
 }
 
@@ -185,7 +118,7 @@ func (c *Config) validate() error {
 	seen := map[string]bool{}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
-		if err := u.validate(i); err != nil {
+		if err := u.Validate(fmt.Sprintf("upstreams[%d]", i)); err != nil {
 			return err
 		}
 		if seen[u.Name] {
@@ -204,4 +137,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("key_prefix: %q must not contain { or }: coordd puts each key's id in a hash tag", c.KeyPrefix)
 	}
 	return nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/l1"
+	"github.com/coordd/coordd/coordinator/store"
+	"github.com/coordd/coordd/coordinator/upstream"
 )
 
 // Coordinator fills a two-tier cache (L1 in memory, L2 in Redis) from
@@ -22,12 +27,12 @@ import (
 // in-process locking and notification. A Coordinator is safe for concurrent
 // use; Close stops it.
 type Coordinator struct {
-	cfg      Config
-	log      *slog.Logger
-	l1       *l1Cache
-	rl       *redisLayer // nil in single-node mode
-	fetchers map[string]Fetcher
-	m        Metrics
+	cfg     Config
+	log     *slog.Logger
+	l1      *l1.Cache
+	store   *store.Redis // nil in single-node mode
+	clients map[string]*upstream.Client
+	m       Metrics
 
 	mu      sync.Mutex // protects flights
 	flights map[string]*flight
@@ -76,22 +81,22 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		maxBody = max(maxBody, u.MaxBodyBytes)
 		life = max(life, u.TTL+u.StaleTTL, u.NegativeTTL)
 	}
-	l1, err := newL1(cfg.L1MaxBytes, maxBody, life)
+	cache, err := l1.New(cfg.L1MaxBytes, maxBody, life)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: l1: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "coordinator"),
-		l1:       l1,
-		fetchers: make(map[string]Fetcher),
-		m:        orNop(opt.Metrics),
-		flights:  make(map[string]*flight),
-		cooling:  make(map[string]time.Time),
-		genTTL:   life + cfg.LockTTL + time.Hour,
-		ctx:      ctx,
-		cancel:   cancel,
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "coordinator"),
+		l1:      cache,
+		clients: make(map[string]*upstream.Client),
+		m:       orNop(opt.Metrics),
+		flights: make(map[string]*flight),
+		cooling: make(map[string]time.Time),
+		genTTL:  life + cfg.LockTTL + time.Hour,
+		ctx:     ctx,
+		cancel:  cancel,
 	}
 	tr := opt.Transport
 	if tr == nil {
@@ -101,53 +106,34 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		c.ownTransport = t
 	}
 	if opt.Redis != nil {
-		c.startRedis(opt.Redis, opt.OnRedisHealth)
+		c.store = store.Start(ctx, opt.Redis, store.Config{
+			Prefix:         cfg.KeyPrefix,
+			Timeout:        cfg.RedisTimeout,
+			RetryInterval:  cfg.RedisRetryInterval,
+			ResultTTL:      cfg.ResultTTL,
+			InlineMaxBytes: cfg.InlineMaxBytes,
+			Logger:         cfg.Logger.With("component", "redis"),
+			Metrics:        c.m,
+			OnHealth:       opt.OnRedisHealth,
+			OnInvalidate:   c.dropLocal,
+			OnDrop:         c.l1.Delete,
+		})
 	}
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
-		c.fetchers[up.Name] = c.protect(up, newHTTPFetcher(up, tr))
+		o := upstream.Options{
+			Transport:  tr,
+			Now:        cfg.Now,
+			Logger:     c.log.With("upstream", up.Name),
+			Metrics:    c.m,
+			Background: &c.wg,
+		}
+		if c.store != nil {
+			o.Shared = c.store
+		}
+		c.clients[up.Name] = upstream.NewClient(up, o)
 	}
 	return c, nil
-}
-
-func (c *Coordinator) startRedis(rdb redis.UniversalClient, onChange func(bool)) {
-	r := &redisLayer{
-		rdb:      rdb,
-		prefix:   c.cfg.KeyPrefix,
-		timeout:  c.cfg.RedisTimeout,
-		retry:    c.cfg.RedisRetryInterval,
-		log:      c.cfg.Logger.With("component", "redis"),
-		m:        c.m,
-		onChange: onChange,
-		suspect:  make(chan error, 1),
-		ctx:      c.ctx,
-	}
-	r.hub = r.newHub(rdb, c.dropLocal) // sharded pub/sub on a Redis Cluster
-	r.hub.onDrop = c.l1.Delete
-	ready := make(chan struct{})
-	var once sync.Once
-	r.hub.onUp = func() { once.Do(func() { close(ready) }) }
-	c.rl = r
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		r.hub.run(c.ctx, max(time.Second, 4*r.timeout), r.verify)
-	}()
-	select {
-	case <-ready:
-		r.warm(c.ctx, 8)
-		r.up.Store(true)
-	case <-time.After(4 * r.timeout):
-		r.log.Warn("redis unavailable at start; serving from L1 and coordinating in-process")
-		if onChange != nil {
-			onChange(false)
-		}
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		r.watch(c.ctx)
-	}()
 }
 
 // Close stops background work and releases held locks. In-flight calls
@@ -158,6 +144,9 @@ func (c *Coordinator) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
+	if c.store != nil {
+		c.store.Wait()
+	}
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
 	}
@@ -175,10 +164,10 @@ func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
 
 // RedisDowns returns how many times this instance marked Redis down.
 func (c *Coordinator) RedisDowns() int64 {
-	if c.rl == nil {
+	if c.store == nil {
 		return 0
 	}
-	return c.rl.downs.Load()
+	return c.store.Downs()
 }
 
 // Flights returns how many flights this instance is running.
@@ -193,7 +182,7 @@ func (c *Coordinator) Flights() int {
 func (c *Coordinator) Now() time.Time { return c.cfg.Now() }
 
 // RedisHealthy reports whether Redis is configured and believed up.
-func (c *Coordinator) RedisHealthy() bool { return c.rl != nil && c.rl.healthy() }
+func (c *Coordinator) RedisHealthy() bool { return c.store != nil && c.store.Healthy() }
 
 // GetOptions tune one Get.
 type GetOptions struct {
@@ -229,8 +218,8 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 	if opt.MaxAge > 0 {
 		notBefore = now.Add(-max(opt.MaxAge, c.cfg.MaxAgeFloor))
 	}
-	recent := func(d *Document) bool { return !d.FetchedAt.Before(notBefore) }
-	var seed *Document
+	recent := func(d *document.Document) bool { return !d.FetchedAt.Before(notBefore) }
+	var seed *document.Document
 	if d := c.l1.Get(t.id); t.serves(d) && d.Usable(now) {
 		if d.Fresh(now) && recent(d) {
 			report(Progress{Role: RoleHit})
@@ -263,7 +252,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 
 // wait waits for f on behalf of one caller. again asks the caller to join
 // a new flight, because f's copy is older than the caller accepts.
-func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*Document) bool, report func(Progress)) (res *Result, err error, again bool) {
+func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*document.Document) bool, report func(Progress)) (res *Result, err error, again bool) {
 	seen := 0
 	for {
 		s := f.snapshot(seen)
@@ -297,7 +286,7 @@ func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent 
 
 // join returns t's flight, starting one if none runs. ctx is the joining
 // caller's, whose deadline bounds the flight's rate-limit waits.
-func (c *Coordinator) join(ctx context.Context, t Target, seed *Document, notBefore time.Time) (f *flight, created bool) {
+func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Document, notBefore time.Time) (f *flight, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f = c.flights[t.flightKey()]; f != nil {
@@ -349,7 +338,7 @@ func (c *Coordinator) leave(f *flight) {
 }
 
 // setL1 stores d in L1 for f, unless f was invalidated.
-func (c *Coordinator) setL1(f *flight, d *Document, enc []byte) {
+func (c *Coordinator) setL1(f *flight, d *document.Document, enc []byte) {
 	f.whileValid(func() { c.l1.Set(d, enc) })
 }
 
@@ -362,13 +351,12 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		// Usually stale; fresh when a caller's max_age refused it.
 		stale = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
-	f.gen = "?"
-	r := c.rl
+	f.gen = store.UnknownGen
+	r := c.store
 	if r != nil {
-		d, enc, gen, ok := r.getDoc(c.ctx, t.id)
-		if ok {
-			f.gen = gen
-		}
+		var d *document.Document
+		var enc []byte
+		d, enc, f.gen = r.GetDoc(c.ctx, t.id)
 		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt)) {
 			c.setL1(f, d, enc)
 			return &Result{Doc: d, Source: SourceL2}, nil
@@ -386,13 +374,13 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		if r == nil {
 			return c.lead(f, nil, stale)
 		}
-		w := r.hub.register(t.id)
-		l, h, err := r.tryLock(c.ctx, t.id, c.cfg.LockTTL)
+		w := r.Register(t.id)
+		l, h, err := r.TryLock(c.ctx, t.id, c.cfg.LockTTL)
 		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
 			// When Redis did not answer, l is the lease we may hold: its
 			// token still lands and wakes whoever waits on it.
-			r.hub.unregister(w)
+			r.Unregister(w)
 			if !degraded {
 				degraded = true
 				f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
@@ -400,11 +388,11 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			return c.lead(f, l, stale)
 		}
 		if l != nil {
-			r.hub.unregister(w)
+			r.Unregister(w)
 			return c.lead(f, l, stale)
 		}
 		res, err, again := c.follow(f, w, h, &stale)
-		r.hub.unregister(w)
+		r.Unregister(w)
 		if !again {
 			return res, err
 		}
@@ -414,7 +402,7 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 // keepNewer makes d, read from Redis, the flight's stale copy (and L1's)
 // if it is a usable copy of f's target newer than *stale. It is not the
 // flight's answer: too old for its callers, or expired.
-func (c *Coordinator) keepNewer(f *flight, d *Document, enc []byte, stale **Result) {
+func (c *Coordinator) keepNewer(f *flight, d *document.Document, enc []byte, stale **Result) {
 	now := c.cfg.Now()
 	if !f.t.serves(d) || !d.Usable(now) || (*stale != nil && !d.FetchedAt.After((*stale).Doc.FetchedAt)) {
 		return // never replace a newer copy in L1 with an older one
@@ -430,16 +418,16 @@ func (c *Coordinator) keepNewer(f *flight, d *Document, enc []byte, stale **Resu
 // follow waits, subscribed, for the instance holding t's lock, h. It
 // re-checks L2 after subscribing, so that a push that landed before the
 // subscription is not lost. again asks the caller to re-check the lock.
-func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (res *Result, err error, again bool) {
-	r := c.rl
+func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale **Result) (res *Result, err error, again bool) {
+	r := c.store
 	t := f.t
-	holder := h.token
+	holder := h.Token
 	if holder == "" {
 		return nil, nil, true // the lock expired between our two looks
 	}
 	c.m.Follower("remote")
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	d, enc, _, _ := r.getDoc(c.ctx, t.id)
+	d, enc, _ := r.GetDoc(c.ctx, t.id)
 	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		return &Result{Doc: d, Source: SourceL2}, nil, false
@@ -450,28 +438,19 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 	// again then, and take over if the lease lapsed; a live holder will
 	// have renewed it. Jitter spreads the takeover attempts of many
 	// instances.
-	timer := time.NewTimer(c.leaseEnd(h.left))
+	timer := time.NewTimer(c.leaseEnd(h.Left))
 	defer timer.Stop()
 	lapsed := false // the lease was found gone; a push may still be on its way
 	for {
 		select {
-		case ev := <-w.ch:
+		case ev := <-w.Events():
 			switch ev.Type {
-			case evDone:
-				var d *Document
-				enc := ev.Doc // small documents come inline: no L2 read
-				if len(enc) > 0 {
-					if d, _ = decodeDocument(enc); d != nil && d.id() != t.id {
-						d = nil
-					}
-				}
-				if d == nil {
-					d, enc = r.getRaw(c.ctx, ev.Result, t.id)
-				}
+			case store.EventDone:
+				d, enc, cached := r.Landed(c.ctx, ev)
 				if !t.serves(d) {
 					return nil, nil, true
 				}
-				if ev.Result != r.docKey(t.id) {
+				if !cached {
 					return &Result{Doc: d, Source: SourceL2}, nil, false // uncacheable: as it is
 				}
 				// A copy stale on arrival (no-cache, max-age=0) answers
@@ -479,13 +458,13 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 				// answers the leader's own callers: that leader lands it
 				// before answering them, so this flight was waiting
 				// before the answer was given. Any other copy must be fresh.
-				if f.recent(d) && (d.Fresh(c.cfg.Now()) || (ev.Token == holder && d.staleOnArrival())) {
+				if f.recent(d) && (d.Fresh(c.cfg.Now()) || (ev.Token == holder && d.StaleOnArrival())) {
 					c.setL1(f, d, enc)
 					return &Result{Doc: d, Source: SourceL2}, nil, false
 				}
 				c.keepNewer(f, d, enc, stale)
 				return nil, nil, true // not what this flight needs
-			case evFail:
+			case store.EventFail:
 				if ev.Token != holder {
 					continue // an earlier leader's
 				}
@@ -494,8 +473,8 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 					// slot; this flight's callers may: queue for one ourselves.
 					return nil, nil, true
 				}
-				return *stale, withRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
-			case evRelease:
+				return *stale, upstream.WithRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
+			case store.EventRelease:
 				if ev.Token != holder {
 					continue
 				}
@@ -505,14 +484,14 @@ func (c *Coordinator) follow(f *flight, w *waiter, h holder, stale **Result) (re
 			}
 		case <-timer.C:
 			if !lapsed {
-				now, err := r.holderOf(c.ctx, t.id)
+				now, err := r.HolderOf(c.ctx, t.id)
 				switch {
 				case err != nil:
 					// Redis is slow, not the holder gone: look again soon.
 					// If Redis is found down, the hub wakes us with a reset.
 					timer.Reset(c.leaseEnd(c.cfg.LockTTL / 4))
-				case now.token == holder:
-					timer.Reset(c.leaseEnd(now.left)) // renewed: the holder lives
+				case now.Token == holder:
+					timer.Reset(c.leaseEnd(now.Left)) // renewed: the holder lives
 				default:
 					// Gone: lapsed, or released by a holder whose event is
 					// still on its way (in Redis Cluster it is published
@@ -543,42 +522,37 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 // lead fetches f's document from the upstream under lease l (nil:
 // in-process only), wakes f's callers, then stores it in L2 and wakes the
 // followers of other instances.
-func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) {
-	t, r := f.t, c.rl
+func (c *Coordinator) lead(f *flight, l *store.Lease, stale *Result) (*Result, error) {
+	t, r := f.t, c.store
 	if l != nil {
-		defer l.stopWatchdog() // every path below hands the lock off; this covers a panic
+		defer l.StopWatchdog() // every path below hands the lock off; this covers a panic
 		// Double-check: the previous holder may have filled L2 between our
 		// L2 read and our lock.
-		d, enc, _, _ := r.getDoc(c.ctx, t.id)
+		d, enc, _ := r.GetDoc(c.ctx, t.id)
 		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 			c.setL1(f, d, enc)
-			c.handOff(l, event{Type: evDone, Key: t.id, Result: r.docKey(t.id)})
+			l.HandOff(store.Event{Type: store.EventDone}) // names id's document in L2
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}
 		c.keepNewer(f, d, enc, &stale) // for stale-if-error, and a conditional fetch
 	}
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
 	up := t.upstream
-	fr := FetchRequest{URL: t.URL}
+	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass()}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
-	ctx := withCallerDeadlines(c.ctx, &f.deadlines)
-	if f.isBypass() {
-		ctx = withLowPriority(ctx)
-	}
-	resp, err := c.fetchers[up.Name].Fetch(ctx, fr, func(p Progress) {
-		p.Role = RoleLeader
-		f.report(p)
+	resp, err := c.clients[up.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
+		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
 	if err == nil {
-		var d *Document
+		var d *document.Document
 		var cache bool
 		d, cache, err = c.document(t, resp, stale)
 		if err == nil {
 			res := &Result{Doc: d, Source: SourceUpstream}
-			enc := d.encode() // once, for L1 and L2
+			enc := d.Encode() // once, for L1 and L2
 			if !cache {
 				// Never cached: its old copy must not be served any longer,
 				// here or (landRemote) from L2.
@@ -586,7 +560,7 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 			} else {
 				c.setL1(f, d, enc)
 			}
-			if cache && !d.staleOnArrival() {
+			if cache && !d.StaleOnArrival() {
 				c.leave(f)
 				f.finish(res, nil) // this instance's callers first, then the others
 			}
@@ -598,20 +572,20 @@ func (c *Coordinator) lead(f *flight, l *lease, stale *Result) (*Result, error) 
 		}
 	}
 	if c.ctx.Err() != nil {
-		c.handOff(l, event{Type: evRelease, Key: t.id})
+		l.HandOff(store.Event{Type: store.EventRelease})
 		return stale, ErrClosed
 	}
 	f.log.Warn("upstream fetch failed", "upstream", up.Name, "url", t.URL, "err", err, "stale", stale != nil)
 	if stale != nil {
 		c.coolDown(t.id)
 	}
-	c.handOff(l, event{Type: evFail, Key: t.id, Kind: errorKind(err), Msg: err.Error(), Wait: retryAfterOf(err).Milliseconds()})
+	l.HandOff(store.Event{Type: store.EventFail, Kind: errorKind(err), Msg: err.Error(), Wait: upstream.RetryAfter(err).Milliseconds()})
 	return stale, err
 }
 
 // document turns an upstream answer into a Document and says whether it
 // may be cached.
-func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Document, bool, error) {
+func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result) (*document.Document, bool, error) {
 	up := t.upstream
 	now := c.cfg.Now()
 	code := resp.StatusCode
@@ -619,27 +593,27 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 	case code == http.StatusNotModified && stale != nil:
 		// Revalidated: the stale body is fresh again, without a transfer.
 		old := stale.Doc
-		l, store := up.lifetime(resp.Header, now)
-		d := &Document{
+		l, store := freshness(up).Lifetime(resp.Header, now)
+		d := &document.Document{
 			Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
 			FetchedAt: now, Body: old.Body,
 		}
-		l.set(d)
+		l.Apply(d)
 		return d, store, nil
 	case code >= 500 || code == http.StatusTooManyRequests:
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
 	}
-	d := &Document{
+	d := &document.Document{
 		Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: code,
 		ContentType: resp.Header.Get("Content-Type"), ETag: resp.Header.Get("ETag"),
 		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: now, Body: resp.Body,
 	}
-	d.dropBadHeaders()
+	d.DropBadHeaders()
 	switch {
 	case code/100 == 2:
-		l, store := up.lifetime(resp.Header, now)
-		l.set(d)
+		l, store := freshness(up).Lifetime(resp.Header, now)
+		l.Apply(d)
 		return d, store, nil
 	case code == http.StatusNotFound || code == http.StatusGone:
 		d.FreshUntil, d.StaleUntil = now.Add(up.NegativeTTL), now.Add(up.NegativeTTL)
@@ -653,76 +627,21 @@ func (c *Coordinator) document(t Target, resp *Response, stale *Result) (*Docume
 
 // landRemote stores d, encoded as enc, in L2 (or, if uncacheable, in a
 // short-lived result key for followers, dropping the old copy), releases
-// l and wakes the followers of every instance: one script, fenced against
-// Invalidate (see landScript). It runs whatever the health state says,
-// bounded by the Redis timeout, so that a leader that degraded or lost a
-// reply still wakes those who wait on its lock; a document written to L2
-// is always announced. If the script is refused or fails, the lock is
+// l and wakes the followers of every instance, fenced against Invalidate
+// (see store.Redis.Land). If the landing is refused or fails, the lock is
 // released and a release event sent, so followers re-check at once.
-func (c *Coordinator) landRemote(f *flight, l *lease, d *Document, enc []byte, cache bool) {
-	r := c.rl
-	if r == nil || (l == nil && f.gen == "?") {
+func (c *Coordinator) landRemote(f *flight, l *store.Lease, d *document.Document, enc []byte, cache bool) {
+	r := c.store
+	if r == nil || (l == nil && f.gen == store.UnknownGen) {
 		return // nothing to fence the write with, and nobody waits on us
 	}
-	token := ""
-	if l != nil {
-		token = l.token
-		l.stopWatchdog()
-	}
-	id := f.t.id
-	rkey, ttl := r.docKey(id), d.StaleUntil.Sub(c.cfg.Now())
-	if !cache || ttl < time.Millisecond {
-		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), c.cfg.ResultTTL
-	}
-	ev := event{Type: evDone, Key: id, Token: token, Result: rkey, Drop: !cache}
-	if len(enc) <= c.cfg.InlineMaxBytes {
-		ev.Doc = enc
-	}
-	payload := ev.encode()
-	channel, msg := r.scriptPublish(payload)
-	var landed int64
-	ctx, cancel := context.WithCancel(context.Background()) // even while closing
-	defer cancel()
-	err := r.always(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
-		landed, err = r.runOnce(ctx, landScript, r.docKey(id),
-			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
-			token, f.gen, enc, ttl.Milliseconds(), channel, msg).Int64()
-		if err == nil && landed == 1 {
-			err = r.announce(ctx, id, payload)
-		}
-		return err
-	})
-	if err != nil || landed == 0 {
+	landed, err := r.Land(l, f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
+	if !landed {
 		if err != nil {
 			f.log.Warn("storing in redis failed; followers re-check", "err", err)
 		}
-		c.handOff(l, event{Type: evRelease, Key: id})
+		l.HandOff(store.Event{Type: store.EventRelease})
 	}
-}
-
-// handOff releases l, then publishes ev to every instance's followers, in
-// one script, whatever the health state says (bounded by the Redis
-// timeout). The order matters: a follower woken by ev must find the lock
-// free, or it would wait for a lease that nobody holds any more. Without a
-// lease (single-node mode, or Redis down before the lock was asked for)
-// nobody waits on this flight.
-func (c *Coordinator) handOff(l *lease, ev event) {
-	if l == nil || c.rl == nil {
-		return
-	}
-	l.stopWatchdog()
-	ev.Token = l.token
-	r := c.rl
-	ctx, cancel := context.WithCancel(context.Background()) // even while closing
-	defer cancel()
-	payload := ev.encode()
-	channel, msg := r.scriptPublish(payload)
-	_ = r.always(ctx, 0, func(ctx context.Context) error {
-		if err := r.runOnce(ctx, handOffScript, l.lockKey(), []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
-			return err
-		}
-		return r.announce(ctx, ev.Key, payload)
-	})
 }
 
 // dropLocal removes id from L1 and fences this instance's flights of it:
@@ -750,25 +669,10 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 		return false, ErrClosed
 	}
 	c.dropLocal(t.id)
-	r := c.rl
-	if r == nil {
+	if c.store == nil {
 		return false, nil
 	}
-	var existed int64
-	payload := event{Type: evInval, Key: t.id}.encode()
-	channel, msg := r.scriptPublish(payload)
-	err := r.op(ctx, func(ctx context.Context) (err error) {
-		existed, err = r.runOnce(ctx, invalidateScript, r.docKey(t.id), []string{r.docKey(t.id), r.lockKey(t.id), r.genKey(t.id)},
-			channel, msg, c.genTTL.Milliseconds()).Int64()
-		if err == nil {
-			err = r.announce(ctx, t.id, payload)
-		}
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	return existed > 0, nil
+	return c.store.Invalidate(ctx, t.id, c.genTTL)
 }
 
 // coolDown stops stale hits from starting background refreshes of id for
@@ -800,4 +704,22 @@ func (c *Coordinator) coolingDown(id string, now time.Time) bool {
 		return false
 	}
 	return ok
+}
+
+// freshness is what up's configuration says of its documents' lifetimes.
+func freshness(up *Upstream) document.Freshness {
+	return document.Freshness{TTL: up.TTL, StaleTTL: up.StaleTTL, MinTTL: up.Protection.MinTTL, MaxTTL: up.Protection.MaxTTL}
+}
+
+// stageOf is the Stage of a fetch's event.
+func stageOf(s upstream.Stage) Stage {
+	switch s {
+	case upstream.StageRateLimited:
+		return StageRateLimited
+	case upstream.StageRetrying:
+		return StageRetrying
+	case upstream.StageBreakerOpen:
+		return StageBreakerOpen
+	}
+	return 0
 }

@@ -3,7 +3,9 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/coordd/coordd/coordinator/store"
+	"github.com/coordd/coordd/coordinator/upstream"
 )
 
 // Sentinel errors returned by the Coordinator. Errors carry detail through
@@ -13,23 +15,26 @@ var (
 	// ErrInvalidArgument reports malformed input: an empty, relative or
 	// oversized url, a scheme other than http(s), userinfo, control
 	// characters, or an oversized key. It is returned before any I/O.
-	ErrInvalidArgument = errors.New("coordinator: invalid argument")
+	ErrInvalidArgument = upstream.ErrInvalidArgument
 	// ErrForbidden reports a url outside every configured upstream, or of
 	// an upstream the caller's Scope does not grant. It is returned before
 	// any I/O.
 	ErrForbidden = errors.New("coordinator: forbidden")
 	// ErrUnavailable reports that the upstream could not be reached or
 	// answered 5xx, and no usable stale copy exists.
-	ErrUnavailable = errors.New("coordinator: upstream unavailable")
+	ErrUnavailable = upstream.ErrUnavailable
 	// ErrTooLarge reports a body larger than the upstream's max_body_bytes.
 	// Such a body is never cached.
-	ErrTooLarge = errors.New("coordinator: body exceeds max_body_bytes")
+	ErrTooLarge = upstream.ErrTooLarge
 	// ErrBreakerOpen reports that the upstream's circuit breaker is open and
 	// no stale copy exists. It wraps ErrUnavailable.
-	ErrBreakerOpen = fmt.Errorf("%w: circuit breaker open", ErrUnavailable)
+	ErrBreakerOpen = upstream.ErrBreakerOpen
 	// ErrRateLimited reports that the caller's deadline ends before the
 	// upstream's rate limit grants it a slot, and no stale copy exists.
-	ErrRateLimited = errors.New("coordinator: rate limit slot beyond deadline")
+	ErrRateLimited = upstream.ErrRateLimited
+	// ErrRedisUnavailable reports that an operation needed Redis and Redis
+	// is down; the coordinator keeps serving in-process meanwhile.
+	ErrRedisUnavailable = store.ErrUnavailable
 	// ErrClosed reports a call on a closed Coordinator.
 	ErrClosed = errors.New("coordinator: closed")
 )
@@ -71,27 +76,4 @@ func errorFromKind(kind, msg string) error {
 // RetryAfterError wraps an error with how long the caller should wait
 // before asking again: until the breaker turns half-open, or until the next
 // rate-limit slot. The server passes it on as a RetryInfo status detail.
-type RetryAfterError struct {
-	Err   error
-	After time.Duration
-}
-
-func (e *RetryAfterError) Error() string { return e.Err.Error() }
-func (e *RetryAfterError) Unwrap() error { return e.Err }
-
-// withRetryAfter wraps err with a wait, if positive.
-func withRetryAfter(err error, after time.Duration) error {
-	if after <= 0 {
-		return err
-	}
-	return &RetryAfterError{Err: err, After: after}
-}
-
-// retryAfterOf returns the wait err carries, or 0.
-func retryAfterOf(err error) time.Duration {
-	var ra *RetryAfterError
-	if errors.As(err, &ra) {
-		return ra.After
-	}
-	return 0
-}
+type RetryAfterError = upstream.RetryAfterError

@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/coordd/coordd/coordinator/document"
 )
 
 // flight is the one fill of one key in this instance. Every concurrent
@@ -12,12 +15,13 @@ import (
 // always finishes filling the cache.
 type flight struct {
 	t    Target
-	seed *Document    // usable stale copy from L1 at start, or nil
-	log  *slog.Logger // carries the key and the starting call's log attributes
+	seed *document.Document // usable stale copy from L1 at start, or nil
+	log  *slog.Logger       // carries the key and the starting call's log attributes
 	// deadlines bounds the fetch's rate-limit waits by its callers'.
 	deadlines callerDeadlines
-	// gen is id's generation read from Redis before the fill ("?":
-	// unknown), which fences the landing against Invalidate. Set by fill.
+	// gen is id's generation read from Redis before the fill
+	// (store.UnknownGen: unknown), which fences the landing against
+	// Invalidate. Set by fill.
 	gen string
 
 	mu        sync.Mutex    // protects the fields below
@@ -36,7 +40,7 @@ type flight struct {
 	bypass bool
 }
 
-func newFlight(t Target, seed *Document) *flight {
+func newFlight(t Target, seed *document.Document) *flight {
 	return &flight{t: t, seed: seed, changed: make(chan struct{})}
 }
 
@@ -138,8 +142,42 @@ func (f *flight) require(notBefore time.Time) {
 
 // recent reports whether d was fetched recently enough for every caller
 // of the flight so far.
-func (f *flight) recent(d *Document) bool {
+func (f *flight) recent(d *document.Document) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return !d.FetchedAt.Before(f.notBefore)
+}
+
+// callerDeadlines tracks the latest deadline among the callers waiting on
+// a flight. The flight's fetch runs under the coordinator's context, which
+// has no deadline; this bound (upstream.FetchRequest.Deadline) lets it give
+// up on a rate-limit slot that no caller would live to see. It is safe for concurrent use.
+type callerDeadlines struct {
+	mu     sync.Mutex // protects the fields below
+	latest time.Time
+	open   bool // some caller waits without a deadline
+}
+
+// add counts in a caller whose context is ctx.
+func (d *callerDeadlines) add(ctx context.Context) {
+	dl, ok := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case !ok:
+		d.open = true
+	case dl.After(d.latest):
+		d.latest = dl
+	}
+}
+
+// deadline returns the latest deadline, and false when some caller has
+// none, or none was added.
+func (d *callerDeadlines) deadline() (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.open || d.latest.IsZero() {
+		return time.Time{}, false
+	}
+	return d.latest, true
 }

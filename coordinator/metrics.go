@@ -137,18 +137,13 @@ type L1Stats struct {
 
 // L1Stats returns the in-memory cache's figures.
 func (c *Coordinator) L1Stats() L1Stats {
-	return L1Stats{
-		Entries:  c.l1.bc.Len(),
-		Bytes:    int64(c.l1.bc.Capacity()),
-		MaxBytes: c.cfg.L1MaxBytes,
-		Evicted:  c.l1.evicted.Load(),
-		Expired:  c.l1.expired.Load(),
-	}
+	s := c.l1.Stats()
+	return L1Stats{Entries: s.Entries, Bytes: s.Bytes, MaxBytes: c.cfg.L1MaxBytes, Evicted: s.Evicted, Expired: s.Expired}
 }
 
 // RedisConfigured reports whether the Coordinator runs with Redis, rather
 // than in single-node mode.
-func (c *Coordinator) RedisConfigured() bool { return c.rl != nil }
+func (c *Coordinator) RedisConfigured() bool { return c.store != nil }
 
 // Upstreams returns the names of the configured upstreams.
 func (c *Coordinator) Upstreams() []string {
@@ -177,24 +172,11 @@ type BreakerStatus struct {
 func (c *Coordinator) Breakers(ctx context.Context) []BreakerStatus {
 	var out []BreakerStatus
 	for _, up := range c.cfg.Upstreams {
-		p, ok := c.fetchers[up.Name].(*protected)
-		if !ok {
-			continue
+		shared, local := c.clients[up.Name].Breakers(ctx)
+		if shared != "" {
+			out = append(out, BreakerStatus{Upstream: up.Name, Scope: "cluster", State: shared})
 		}
-		if p.shared != nil {
-			if s, err := p.shared.state(ctx); err == nil {
-				out = append(out, BreakerStatus{Upstream: up.Name, Scope: "cluster", State: s})
-			}
-		}
-		out = append(out, BreakerStatus{Upstream: up.Name, Scope: "instance", State: p.local.state()})
+		out = append(out, BreakerStatus{Upstream: up.Name, Scope: "instance", State: local})
 	}
 	return out
-}
-
-// statusOf is resp's status code; 0 without a response.
-func statusOf(resp *Response) int {
-	if resp == nil {
-		return 0
-	}
-	return resp.StatusCode
 }

@@ -1,6 +1,13 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"github.com/coordd/coordd/coordinator/document"
+)
+
+// Document is one cached upstream answer (see document.Document).
+type Document = document.Document
 
 // Role is the part a call plays in the fetch of its key.
 type Role int

@@ -43,16 +43,6 @@ func (s Scope) validate() error {
 	return nil
 }
 
-// scopedID is id in tenant's namespace: "t/<tenant>/<id>", or id itself for
-// the default tenant, so that a coordd without tenants keeps its ids. No
-// unscoped id starts with "t/" (they start with "http" or "key/").
-func scopedID(tenant, id string) string {
-	if tenant == "" {
-		return id
-	}
-	return "t/" + tenant + "/" + id
-}
-
 func notGranted(s Scope, upstream string) error {
 	return fmt.Errorf("%w: upstream %q is not granted to tenant %q", ErrForbidden, upstream, s.Tenant)
 }

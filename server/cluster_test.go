@@ -420,7 +420,7 @@ func failoverFleet(t *testing.T, rc *redistest.Cluster) *fleet {
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
 			o.ContextTimeoutEnabled = true
 		})
-		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr})
+		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr, Metrics: true})
 		fl.instances = append(fl.instances, in)
 		fl.clients = append(fl.clients, in.Dial(t))
 		fl.fetches = append(fl.fetches, tr)
@@ -451,6 +451,18 @@ func (fl *fleet) waitHealthy(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// redisFailures counts the Redis operations that got no answer, on every
+// instance started with Metrics: each one may have made its flight
+// coordinate in-process.
+func (fl *fleet) redisFailures(t *testing.T) (n float64) {
+	for _, in := range fl.instances {
+		if in.MetricsURL != "" {
+			n += in.Scrape(t).Value("coordd_redis_errors_total", "kind", "unavailable")
+		}
+	}
+	return n
 }
 
 func (fl *fleet) redisDowns() (n int64) {
@@ -515,21 +527,34 @@ func (fl *fleet) waitCoordinated(t *testing.T, ctx context.Context, nu *redistes
 }
 
 // checkCoordinated bursts on 16 cold keys, 3 callers per instance, and
-// checks that each cost one upstream request, every follower pushed.
+// checks that each cost one upstream request, every follower pushed. The
+// claim holds while Redis answers every instance in time: a burst during
+// which an operation got no answer within the 200ms timeout (a process
+// starved on a busy machine; its flight then coordinates in-process, one
+// fetch per instance) proves nothing, and is made again with new keys, at
+// most 5 times.
 func (fl *fleet) checkCoordinated(t *testing.T, ctx context.Context, prefix string) {
 	t.Helper()
-	wakeups := fl.timerWakeups()
-	paths := keyPaths(prefix, 16)
-	fl.hold(ctx, paths, nil)
-	for _, err := range fl.burstWithin(ctx, paths, 3) {
-		t.Error(err)
-	}
-	for _, p := range paths {
-		if got := fl.up.Count(p); got != 1 {
-			t.Errorf("%s: upstream requests = %d; want 1", p, got)
+	for attempt := 0; ; attempt++ {
+		wakeups, failures := fl.timerWakeups(), fl.redisFailures(t)
+		paths := keyPaths(fmt.Sprintf("%s%d", prefix, attempt), 16)
+		fl.hold(ctx, paths, nil)
+		for _, err := range fl.burstWithin(ctx, paths, 3) {
+			t.Error(err)
 		}
-	}
-	if got := fl.timerWakeups() - wakeups; got != 0 {
-		t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", got)
+		if fl.redisFailures(t) != failures && attempt < 4 {
+			t.Logf("%s: Redis did not answer an instance in time during the burst; again with new keys", prefix)
+			fl.waitHealthy(t)
+			continue
+		}
+		for _, p := range paths {
+			if got := fl.up.Count(p); got != 1 {
+				t.Errorf("%s: upstream requests = %d; want 1", p, got)
+			}
+		}
+		if got := fl.timerWakeups() - wakeups; got != 0 {
+			t.Errorf("%d followers woken by the lease timer; want every wakeup pushed", got)
+		}
+		return
 	}
 }

@@ -175,7 +175,7 @@ func TestSentinelFailover(t *testing.T) {
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
 			o.ContextTimeoutEnabled = true
 		})
-		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr})
+		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr, Metrics: true})
 		fl.instances = append(fl.instances, in)
 		fl.clients = append(fl.clients, in.Dial(t))
 		fl.fetches = append(fl.fetches, tr)
@@ -231,20 +231,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 
 	// Settled: coordinated again, through pushes.
-	wakeups := fl.timerWakeups()
-	after := keyPaths("/after", 16)
-	fl.hold(ctx, after, nil)
-	for _, err := range fl.burst(ctx, after, 3) {
-		t.Error(err)
-	}
-	for _, p := range after {
-		if got := fl.up.Count(p); got != 1 {
-			t.Errorf("after the failover: %s: upstream requests = %d; want 1", p, got)
-		}
-	}
-	if got := fl.timerWakeups() - wakeups; got != 0 {
-		t.Errorf("after the failover: %d followers woken by the lease timer; want every wakeup pushed", got)
-	}
+	fl.checkCoordinated(t, ctx, "/after")
 	t.Logf("master killed: sentinels failed over in %v, every instance back on Redis after %v; %d cold keys during it, each fetched at most once per instance",
 		failover.Round(time.Millisecond), recovered.Round(time.Millisecond), len(held)+len(during))
 }

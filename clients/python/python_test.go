@@ -26,9 +26,13 @@ import (
 // python returns the interpreter to test with: $COORDD_PYTHON, else
 // /usr/bin/python3, the one Debian's python3-grpcio and python3-protobuf
 // install into (a pyenv python3 on PATH lacks them). A missing interpreter
-// or module fails the test: it is never skipped.
+// or module fails the test; it is skipped only under -short, whatever is
+// installed: the short loop starts no process.
 func python(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs Python: not run under -short")
+	}
 	py := os.Getenv("COORDD_PYTHON")
 	if py == "" {
 		py = "/usr/bin/python3"

@@ -30,6 +30,7 @@ import (
 // exited yields the child's exit error once.
 func startChild(t *testing.T, marks map[string]chan struct{}, args ...string) (child *exec.Cmd, exited <-chan error) {
 	t.Helper()
+	skipShort(t)
 	child = exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(args, "\x1f"))
 	stderr, err := child.StderrPipe()

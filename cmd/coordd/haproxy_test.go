@@ -485,6 +485,7 @@ type mark struct {
 
 func startProcess(t *testing.T, name string, logged chan struct{}, cmd *exec.Cmd) *process {
 	t.Helper()
+	skipShort(t)
 	p := &process{name: name, cmd: cmd, exited: make(chan error, 1), logged: logged, changed: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p, p
 	if err := cmd.Start(); err != nil {

@@ -42,7 +42,17 @@ func TestMain(m *testing.M) {
 // TestLockHolderProcessKilled: the coordd process holding a key's fill
 // lock is SIGKILLed mid-fetch; its lease runs out and another instance
 // completes the waiters.
+// skipShort skips a test that starts a child process under -short: the
+// short loop starts no process.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a child process: not run under -short")
+	}
+}
+
 func TestLockHolderProcessKilled(t *testing.T) {
+	skipShort(t)
 	rs := redistest.Start(t)
 	up := fakeupstream.New(t)
 	release := make(chan struct{})

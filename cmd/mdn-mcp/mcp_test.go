@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,14 +24,29 @@ import (
 )
 
 // binary is the mdn-mcp command built by TestMain, with -race when the
-// tests run with it.
+// tests run with it; "" under -short, which builds nothing. Tests get it
+// with mcpBinary.
 var binary string
+
+// mcpBinary returns binary, and skips the test under -short: the short
+// loop starts no process.
+func mcpBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the mdn-mcp binary: not run under -short")
+	}
+	return binary
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
 func testMain(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "mdn-mcp-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -161,7 +177,7 @@ func connectEnv(t *testing.T, env []string, args ...string) *mcp.ClientSession {
 	t.Helper()
 	var stderr bytes.Buffer
 	var mu sync.Mutex
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(mcpBinary(t), args...)
 	cmd.Env = append(raceEnv(), env...)
 	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
 		mu.Lock()
@@ -423,7 +439,7 @@ func TestFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			cmd := exec.Command(binary, tt.args...)
+			cmd := exec.Command(mcpBinary(t), tt.args...)
 			cmd.Env = raceEnv()
 			cmd.Stderr = &stderr
 			err := cmd.Run()

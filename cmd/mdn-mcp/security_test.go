@@ -21,6 +21,7 @@ import (
 // --coordd-tls-ca and a client certificate; without the token every tool
 // call is a tool error that says what to set, and MDN is never asked.
 func TestCoorddTokenAndTLS(t *testing.T) {
+	mcpBinary(t) // skips under -short
 	const token = "mcp-agents-token-0123456789"
 	ca := testpki.NewCA(t, "mcp")
 	a, err := server.NewAuth([]server.Tenant{{Name: "agents", Tokens: []string{token}, Upstreams: []string{"mdn"}}})
@@ -82,7 +83,7 @@ func TestSecurityFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			cmd := exec.Command(binary, tt.args...)
+			cmd := exec.Command(mcpBinary(t), tt.args...)
 			cmd.Env = raceEnv()
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -57,7 +57,7 @@ func TestPathLookup(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				got = Path(r)
+				got = lookup(r)
 			}()
 			<-done
 			if got != tt.want {

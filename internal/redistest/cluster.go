@@ -59,6 +59,7 @@ const clusterSlots = 16384
 // Like Start, it calls t.Fatalf on failure.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	if n < 1 {
 		t.Fatalf("redistest: StartCluster(%d): need at least one node", n)
 	}
@@ -83,6 +84,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 // Like Start, it calls t.Fatalf on failure.
 func StartClusterWithReplicas(t testing.TB, masters, replicasPerMaster int, opts ...Option) *Cluster {
 	t.Helper()
+	SkipShort(t)
 	if masters < 1 || replicasPerMaster < 0 {
 		t.Fatalf("redistest: StartClusterWithReplicas(%d, %d): need a master and no fewer than 0 replicas", masters, replicasPerMaster)
 	}

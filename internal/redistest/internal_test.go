@@ -21,6 +21,9 @@ func (f *fatalTB) Fatalf(format string, args ...any) {
 }
 
 func TestStartWithoutRedisServerFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("under -short Start skips before it looks for redis-server")
+	}
 	t.Setenv("PATH", t.TempDir())
 	f := &fatalTB{TB: t}
 	done := make(chan struct{})

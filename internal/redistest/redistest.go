@@ -74,6 +74,20 @@ func WithClusterNodeTimeout(d time.Duration) Option {
 	return func(c *config) { c.nodeTimeout = d }
 }
 
+// SkipShort skips the test under go test -short, whatever is installed:
+// the short loop runs only tests that start no redis-server. A TB that
+// cannot skip (a program that is not a test) is never skipped. Call it
+// from the test goroutine.
+func SkipShort(t TB) {
+	if !testing.Testing() || !testing.Short() {
+		return
+	}
+	if s, ok := t.(interface{ Skip(args ...any) }); ok {
+		t.Helper()
+		s.Skip("needs redis-server: not run under -short")
+	}
+}
+
 // TB is the part of testing.TB that Start needs. A *testing.T or
 // *testing.B is one; a program that is not a test (cmd/coordbench) passes
 // its own, whose Fatalf must not return and whose Cleanup functions it runs
@@ -118,9 +132,11 @@ type process struct {
 // so nothing survives Kill or Restart. It is killed when the test ends.
 //
 // If redis-server is not on PATH, or does not come up, Start calls
-// t.Fatalf, so call it from the test goroutine. It never skips.
+// t.Fatalf, so call it from the test goroutine. It skips only under go
+// test -short, whatever is installed: the short loop starts no process.
 func Start(t TB, opts ...Option) *Server {
 	t.Helper()
+	SkipShort(t)
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redistest: %s", installHint)

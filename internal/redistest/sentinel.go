@@ -49,6 +49,7 @@ type Sentinel struct {
 // Like Start, it calls t.Fatalf on failure.
 func StartSentinel(t testing.TB, replicas, sentinels int, opts ...Option) *Sentinel {
 	t.Helper()
+	SkipShort(t)
 	if replicas < 0 || sentinels < 1 {
 		t.Fatalf("redistest: StartSentinel(%d, %d): need a sentinel and no fewer than 0 replicas", replicas, sentinels)
 	}

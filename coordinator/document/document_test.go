@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ func TestDocumentRoundTrip(t *testing.T) {
 		WhileRevalidateUntil: now.Add(2 * time.Minute), IfErrorUntil: now.Add(30 * time.Minute),
 	}
 	for _, d := range []*Document{d, windows} {
-		got, err := decodeDocument(d.encode())
+		got, err := Decode(d.Encode())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,28 +36,28 @@ func TestDocumentRoundTrip(t *testing.T) {
 	}
 	// d's windows are unset: it is encoded as version 3, which a coordd of
 	// the previous version reads.
-	if v := d.encode()[0]; v != 3 {
+	if v := d.Encode()[0]; v != 3 {
 		t.Errorf("without windows: version %d; want 3", v)
 	}
-	unknownRV := d.encode()
+	unknownRV := d.Encode()
 	unknownRV[len(unknownRV)-len(d.Body)-len(d.Tenant)-2] = byte(RevalidateStrictly) + 1
-	longTenant := d.encode()
+	longTenant := d.Encode()
 	longTenant[len(longTenant)-len(d.Body)-len(d.Tenant)-1] = 0x7f // longer than the rest
-	enc := windows.encode()
+	enc := windows.Encode()
 	noWindows := enc[:len(enc)-len(d.Body)-2] // version 4 cut short
-	for _, bad := range [][]byte{nil, {0}, {9}, {docVersion, 0xff}, d.encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)], noWindows} {
-		if _, err := decodeDocument(bad); err == nil {
-			t.Errorf("decodeDocument(%x) succeeded; want error", bad)
+	for _, bad := range [][]byte{nil, {0}, {9}, {Version, 0xff}, d.Encode()[:5], unknownRV, longTenant[:len(longTenant)-len(d.Body)], noWindows} {
+		if _, err := Decode(bad); err == nil {
+			t.Errorf("Decode(%x) succeeded; want error", bad)
 		}
 	}
 }
 
 func FuzzDecodeDocument(f *testing.F) {
-	f.Add((&Document{Key: "k", Body: []byte("x")}).encode())
+	f.Add((&Document{Key: "k", Body: []byte("x")}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := decodeDocument(b)
+		d, err := Decode(b)
 		if err == nil {
-			_ = d.encode()
+			_ = d.Encode()
 		}
 	})
 }
@@ -75,7 +75,7 @@ func TestDecodeOlderVersions(t *testing.T) {
 	// unset) before the body. Version 2 is version 3 without the Tenant (one
 	// zero byte here) before the body; version 1 is version 2 without the
 	// Revalidation varint (one byte here) before that.
-	v3 := d.encode()
+	v3 := d.Encode()
 	v4 := append(append([]byte{4}, v3[1:len(v3)-len(d.Body)]...), append([]byte{0, 0}, d.Body...)...)
 	head := v3[1 : len(v3)-len(d.Body)-1]
 	v2 := append(append([]byte{2}, head...), d.Body...)
@@ -92,13 +92,13 @@ func TestDecodeOlderVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := decodeDocument(tt.enc)
+			got, err := Decode(tt.enc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got.Key != d.Key || got.ETag != d.ETag || !got.StaleUntil.Equal(d.StaleUntil) || got.Revalidation != tt.wantRV ||
-				got.Tenant != "" || got.id() != d.URL || !bytes.Equal(got.Body, d.Body) {
-				t.Errorf("got %+v (id %q); want %+v with Revalidation %v, id %q", got, got.id(), d, tt.wantRV, d.URL)
+				got.Tenant != "" || got.ID() != d.URL || !bytes.Equal(got.Body, d.Body) {
+				t.Errorf("got %+v (id %q); want %+v with Revalidation %v, id %q", got, got.ID(), d, tt.wantRV, d.URL)
 			}
 		})
 	}

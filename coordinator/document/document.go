@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"encoding/binary"
@@ -47,9 +47,9 @@ func (d *Document) Memo(build func(*Document) any) any {
 // Fresh reports whether d is fresh at now.
 func (d *Document) Fresh(now time.Time) bool { return now.Before(d.FreshUntil) }
 
-// staleOnArrival reports whether d was never fresh (no-cache, max-age=0):
+// StaleOnArrival reports whether d was never fresh (no-cache, max-age=0):
 // each use after the flight that fetched it revalidates it.
-func (d *Document) staleOnArrival() bool { return !d.FreshUntil.After(d.FetchedAt) }
+func (d *Document) StaleOnArrival() bool { return !d.FreshUntil.After(d.FetchedAt) }
 
 // Usable reports whether d may still be used at now: served fresh, or
 // stale as Revalidation allows (see ServeStaleWhileRevalidate and
@@ -118,23 +118,24 @@ func (d *Document) Age(now time.Time) time.Duration {
 	return 0
 }
 
-// docVersion is the encoding's version. Version 2 added Revalidation,
+// Version is the encoding's version. Version 2 added Revalidation,
 // version 3 Tenant, version 4 WhileRevalidateUntil and IfErrorUntil;
 // copies of older versions, cached by an older coordd, still decode (as
 // RevalidateInBackground, the default tenant, no RFC 5861 windows).
-const docVersion = 4
+const Version = 4
 
-var errBadEncoding = errors.New("coordinator: bad document encoding")
+// ErrBadEncoding reports bytes that Decode cannot read as a Document.
+var ErrBadEncoding = errors.New("document: bad encoding")
 
-// encode serialises d for L1 and L2: a version byte, length-prefixed
+// Encode serialises d for L1 and L2: a version byte, length-prefixed
 // strings, varint integers and times, Revalidation, Tenant (length-prefixed),
 // the RFC 5861 windows if either is set (version 4; else version 3), then
 // the body as the rest. Hand-rolled rather than JSON or gob so that the body is neither
 // base64-encoded nor copied more than once.
-func (d *Document) encode() []byte {
+func (d *Document) Encode() []byte {
 	n := 1 + 6*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
 		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Tenant) + len(d.Body) + 8*binary.MaxVarintLen64
-	version := byte(docVersion)
+	version := byte(Version)
 	windows := !d.WhileRevalidateUntil.IsZero() || !d.IfErrorUntil.IsZero()
 	if !windows {
 		version = 3 // what a coordd of the previous version reads, during a rolling upgrade
@@ -164,11 +165,11 @@ func (d *Document) encode() []byte {
 	return append(b, d.Body...)
 }
 
-// decodeDocument parses b. The returned Document's Body aliases b, so b must
+// Decode parses b. The returned Document's Body aliases b, so b must
 // not be modified afterwards.
-func decodeDocument(b []byte) (*Document, error) {
-	if len(b) == 0 || b[0] < 1 || b[0] > docVersion {
-		return nil, errBadEncoding
+func Decode(b []byte) (*Document, error) {
+	if len(b) == 0 || b[0] < 1 || b[0] > Version {
+		return nil, ErrBadEncoding
 	}
 	version := b[0]
 	b = b[1:]
@@ -176,7 +177,7 @@ func decodeDocument(b []byte) (*Document, error) {
 	for i := range fields {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
-			return nil, errBadEncoding
+			return nil, ErrBadEncoding
 		}
 		fields[i] = string(b[k : k+int(n)])
 		b = b[k+int(n):]
@@ -185,7 +186,7 @@ func decodeDocument(b []byte) (*Document, error) {
 	for i := range ints {
 		v, k := binary.Varint(b)
 		if k <= 0 {
-			return nil, errBadEncoding
+			return nil, ErrBadEncoding
 		}
 		ints[i] = v
 		b = b[k:]
@@ -194,7 +195,7 @@ func decodeDocument(b []byte) (*Document, error) {
 	if version >= 2 {
 		v, k := binary.Uvarint(b)
 		if k <= 0 || v > uint64(RevalidateStrictly) {
-			return nil, errBadEncoding
+			return nil, ErrBadEncoding
 		}
 		rv = Revalidation(v)
 		b = b[k:]
@@ -203,7 +204,7 @@ func decodeDocument(b []byte) (*Document, error) {
 	if version >= 3 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
-			return nil, errBadEncoding
+			return nil, ErrBadEncoding
 		}
 		tenant = string(b[k : k+int(n)])
 		b = b[k+int(n):]
@@ -213,7 +214,7 @@ func decodeDocument(b []byte) (*Document, error) {
 		for i := range windows {
 			v, k := binary.Varint(b)
 			if k <= 0 {
-				return nil, errBadEncoding
+				return nil, ErrBadEncoding
 			}
 			if v != 0 {
 				windows[i] = time.Unix(0, v)
@@ -232,6 +233,6 @@ func decodeDocument(b []byte) (*Document, error) {
 		Revalidation: rv,
 		Body:         b[:len(b):len(b)],
 	}
-	d.dropBadHeaders() // a copy an older coordd cached unchecked
+	d.DropBadHeaders() // a copy an older coordd cached unchecked
 	return d, nil
 }

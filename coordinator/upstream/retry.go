@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The retry loop itself lives in protected.Fetch. It is hand-rolled rather
+// The retry loop itself lives in Client.Fetch. It is hand-rolled rather
 // than failsafe-go's retrypolicy: each attempt must pass the shared guard
 // (one Redis script) anyway, the backoff wanted is full jitter (failsafe's
 // jitter is ± a factor), and failsafe's budget bounds concurrent retries,

@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"strings"
@@ -37,7 +37,7 @@ func TestServableHeader(t *testing.T) {
 // served without them.
 func TestDecodeDropsBadHeaders(t *testing.T) {
 	d := &Document{Key: "k", ContentType: "text/html", ETag: "\"\xff\"", LastModified: strings.Repeat("x", 2000), Body: []byte("b")}
-	got, err := decodeDocument(d.encode())
+	got, err := Decode(d.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package store
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 //
 // go-redis replays a command whose connection dropped before its reply
 // came back (Options.MaxRetries), so each script may run twice. The lock
-// script's replay names our own token, which tryLock takes for our lease;
+// script's replay names our own token, which TryLock takes for our lease;
 // extendScript is idempotent; the others change or publish something
 // each time they run, so they are replaySafe and run with runOnce.
 var (
@@ -40,8 +40,8 @@ return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
 	// the lock and bumps the generation, so a fill that started before an
 	// Invalidate never lands after it.
 	//
-	// KEYS: target, lock, gen, doc. ARGV: token, gen read ("?": unknown),
-	// value, ttl ms, channel, event.
+	// KEYS: target, lock, gen, doc. ARGV: token, gen read ("?": unknown,
+	// UnknownGen), value, ttl ms, channel, event.
 	landScript = replaySafe(`
 local mine = redis.call("get", KEYS[2]) == ARGV[1]
 if not mine then
@@ -92,7 +92,7 @@ return reply`)
 // runOnce runs s, a replaySafe script, with a fresh receipt in the slot of
 // tagged (a key with the hash tag of keys), kept for a minute past ctx's
 // deadline: longer than go-redis may go on replaying it.
-func (r *redisLayer) runOnce(ctx context.Context, s *redis.Script, tagged string, keys []string, args ...any) *redis.Cmd {
+func (r *Redis) runOnce(ctx context.Context, s *redis.Script, tagged string, keys []string, args ...any) *redis.Cmd {
 	keep := time.Minute
 	if dl, ok := ctx.Deadline(); ok {
 		keep += time.Until(dl)
@@ -102,14 +102,15 @@ func (r *redisLayer) runOnce(ctx context.Context, s *redis.Script, tagged string
 	return s.Run(ctx, r.rdb, keys, args...)
 }
 
-// lease is a fill lock this instance holds, or may hold: when the reply
+// Lease is a fill lock this instance holds, or may hold: when the reply
 // to the lock request was lost, the lease is kept (uncertain) so that its
 // token can still land, release and publish for the followers that wait
-// on it. A watchdog extends it every ttl/3 until stopWatchdog; landScript
-// or handOffScript then deletes the lock. A nil *lease means "in-process
-// only" (single-node mode, or Redis down when the lock was asked for).
-type lease struct {
-	r     *redisLayer
+// on it. A watchdog extends it every ttl/3 until StopWatchdog; Land or
+// HandOff then deletes the lock. A nil *Lease means "in-process only"
+// (single-node mode, or Redis down when the lock was asked for): its
+// methods do nothing.
+type Lease struct {
+	r     *Redis
 	id    string
 	token string
 	ttl   time.Duration
@@ -118,24 +119,26 @@ type lease struct {
 	once  sync.Once
 }
 
+// newToken returns a fresh random token: a lease's, a receipt's, a result
+// key's.
 func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// holder is another instance's hold on a fill lock, as last seen.
-type holder struct {
-	token string        // "": nobody held the lock
-	left  time.Duration // what was left of its lease
+// Holder is another instance's hold on a fill lock, as last seen.
+type Holder struct {
+	Token string        // "": nobody held the lock
+	Left  time.Duration // what was left of its lease
 }
 
-// tryLock takes id's fill lock. It returns the lease when taken; nil and
+// TryLock takes id's fill lock. It returns the lease when taken; nil and
 // the holder when another instance holds it; and, with an error, an
 // uncertain lease when Redis did not answer (it may have taken the lock),
 // or nil when Redis is marked down and was not asked.
-func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) (l *lease, h holder, err error) {
-	l = &lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
+func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *Lease, h Holder, err error) {
+	l = &Lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
 	var res []any
 	asked := false
 	err = r.op(ctx, func(ctx context.Context) (err error) {
@@ -146,13 +149,13 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 	switch {
 	case err != nil && !asked:
 		r.m.Lock("unavailable")
-		return nil, holder{}, err
+		return nil, Holder{}, err
 	case err == nil && (len(res) < 2 || (asInt(res[0]) == 0 && len(res) != 3)):
-		err = fmt.Errorf("%w: lock script answered %v", ErrRedisUnavailable, res)
+		err = fmt.Errorf("%w: lock script answered %v", ErrUnavailable, res)
 	case err == nil && asInt(res[0]) == 0:
-		h = holder{left: time.Duration(asInt(res[2])) * time.Millisecond}
-		h.token, _ = res[1].(string)
-		if h.token == l.token {
+		h = Holder{Left: time.Duration(asInt(res[2])) * time.Millisecond}
+		h.Token, _ = res[1].(string)
+		if h.Token == l.token {
 			// go-redis replayed the script after the connection dropped
 			// with the first run's reply (MaxRetries): the lock the replay
 			// found is the one that run took, this lease.
@@ -167,30 +170,30 @@ func (r *redisLayer) tryLock(ctx context.Context, id string, ttl time.Duration) 
 		r.m.Lock("acquired")
 	}
 	go l.watchdog()
-	return l, holder{}, err
+	return l, Holder{}, err
 }
 
-// holderOf reads who holds id's fill lock, and for how long yet.
-func (r *redisLayer) holderOf(ctx context.Context, id string) (holder, error) {
+// HolderOf reads who holds id's fill lock, and for how long yet.
+func (r *Redis) HolderOf(ctx context.Context, id string) (Holder, error) {
 	var res []any
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		res, err = holderScript.Run(ctx, r.rdb, []string{r.lockKey(id)}).Slice()
 		return err
 	})
 	if err != nil {
-		return holder{}, err
+		return Holder{}, err
 	}
 	if len(res) != 2 {
-		return holder{}, fmt.Errorf("%w: holder script answered %v", ErrRedisUnavailable, res)
+		return Holder{}, fmt.Errorf("%w: holder script answered %v", ErrUnavailable, res)
 	}
-	h := holder{left: time.Duration(asInt(res[1])) * time.Millisecond}
-	h.token, _ = res[0].(string)
+	h := Holder{Left: time.Duration(asInt(res[1])) * time.Millisecond}
+	h.Token, _ = res[0].(string)
 	return h, nil
 }
 
-func (l *lease) lockKey() string { return l.r.lockKey(l.id) }
+func (l *Lease) lockKey() string { return l.r.lockKey(l.id) }
 
-func (l *lease) watchdog() {
+func (l *Lease) watchdog() {
 	defer close(l.done)
 	t := time.NewTicker(l.ttl / 3)
 	defer t.Stop()
@@ -220,10 +223,27 @@ func (l *lease) watchdog() {
 	}
 }
 
-// stopWatchdog stops extending the lease; idempotent.
-func (l *lease) stopWatchdog() {
+// Token is the lease's token, which the events it publishes carry; "" for
+// a nil Lease.
+func (l *Lease) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// StopWatchdog stops extending the lease; idempotent.
+func (l *Lease) StopWatchdog() {
+	if l == nil {
+		return
+	}
 	l.once.Do(func() {
 		close(l.stop)
 		<-l.done
 	})
+}
+
+func asInt(v any) int64 {
+	n, _ := v.(int64)
+	return n
 }

@@ -1,4 +1,4 @@
-package coordinator
+package store
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // event is SPUBLISHed after the script, in a second round trip: the scripts
 // release the lock before returning, so a follower woken by the event
 // still finds the lock free and L2 written. If that publish fails, the
-// caller treats it as the script's failure (landRemote hands off with a
+// caller treats it as the script's failure (Land's caller hands off with a
 // release; Invalidate returns the error), and a follower that never hears
 // of it re-checks when its lease timer ends.
 
@@ -88,7 +88,7 @@ func newShardedHub(rdb rediser, channels []string, log *slog.Logger, onInval fun
 	h := &hub{
 		channels: channels, log: log, onInval: onInval,
 		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.SSubscribe(ctx, ch) },
-		waiters:   make(map[string]map[*waiter]struct{}),
+		waiters:   make(map[string]map[*Waiter]struct{}),
 		ready:     make([]atomic.Bool, len(channels)),
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
@@ -105,7 +105,7 @@ func newShardedHub(rdb rediser, channels []string, log *slog.Logger, onInval fun
 
 // newHub builds r's hub: on the shard channels when rdb is a Redis Cluster
 // client (which switches r to sharded pub/sub), else on the one channel.
-func (r *redisLayer) newHub(rdb rediser, onInval func(string)) *hub {
+func (r *Redis) newHub(rdb rediser, onInval func(string)) *hub {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		r.shards = shardChannelNames(r.prefix)
 		r.reload = cc.ReloadState
@@ -117,7 +117,7 @@ func (r *redisLayer) newHub(rdb rediser, onInval func(string)) *hub {
 // scriptPublish returns the channel and message a script publishes, given
 // an event's encoding: the channel and the event, or nothing in cluster
 // mode, where announce publishes it (so the message is not sent twice).
-func (r *redisLayer) scriptPublish(payload []byte) (channel string, msg []byte) {
+func (r *Redis) scriptPublish(payload []byte) (channel string, msg []byte) {
 	if r.shards != nil {
 		return "", nil
 	}
@@ -129,7 +129,7 @@ func (r *redisLayer) scriptPublish(payload []byte) (channel string, msg []byte) 
 // otherwise the script did and announce does nothing. Call it inside the
 // closure of op or always that ran the script, so that a failure counts as
 // the script's.
-func (r *redisLayer) announce(ctx context.Context, id string, payload []byte) error {
+func (r *Redis) announce(ctx context.Context, id string, payload []byte) error {
 	if r.shards == nil {
 		return nil
 	}

@@ -1,24 +1,26 @@
-package coordinator
+package l1
 
 import (
 	"bytes"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/coordinator/document"
 )
 
 // TestL1SharesTheFlightsBuffer: while a Document is alive, L1 hits return
 // that very Document (and body), not a copy out of bigcache; once it is
 // collected, a hit decodes a copy and shares that from then on.
 func TestL1SharesTheFlightsBuffer(t *testing.T) {
-	l1, err := newL1(16<<20, 1<<20, time.Hour)
+	l1, err := New(16<<20, 1<<20, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l1.Close()
 	now := time.Now()
-	d := &Document{Key: "k", URL: "k", StatusCode: 200, FetchedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour), Body: bytes.Repeat([]byte("x"), 100<<10)}
-	l1.Set(d, d.encode())
+	d := &document.Document{Key: "k", URL: "k", StatusCode: 200, FetchedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour), Body: bytes.Repeat([]byte("x"), 100<<10)}
+	l1.Set(d, d.Encode())
 	if got := l1.Get("k"); got != d || &got.Body[0] != &d.Body[0] {
 		t.Fatal("hit while the document is alive returned a copy")
 	}

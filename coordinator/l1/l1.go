@@ -1,4 +1,6 @@
-package coordinator
+// Package l1 is coordd's in-memory tier: documents by cache id, bounded
+// in bytes, shared without copies while they are alive.
+package l1
 
 import (
 	"context"
@@ -10,25 +12,29 @@ import (
 	"weak"
 
 	"github.com/allegro/bigcache/v3"
+
+	"github.com/coordd/coordd/coordinator/document"
 )
 
-// l1Cache is the in-memory tier: a bigcache bounded in bytes, plus a map of
+// Cache is the in-memory tier: a bigcache bounded in bytes, plus a map of
 // weak pointers to the Documents currently alive in this process. The weak
 // map lets a hit share the very buffer that the flight, or another caller
 // still streaming it, already holds, instead of copying it out of bigcache
 // again; it holds no memory of its own beyond what callers keep alive.
-// l1Cache is safe for concurrent use.
-type l1Cache struct {
+// A Cache is safe for concurrent use.
+type Cache struct {
 	bc *bigcache.BigCache
 
 	evicted atomic.Int64 // dropped to make room
 	expired atomic.Int64 // dropped past the life window
 
 	mu  sync.Mutex // protects hot
-	hot map[string]weak.Pointer[Document]
+	hot map[string]weak.Pointer[document.Document]
 }
 
-func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
+// New returns a Cache of at most maxBytes, holding documents of up to
+// maxEntry bytes for at most life.
+func New(maxBytes, maxEntry int64, life time.Duration) (*Cache, error) {
 	// bigcache refuses entries larger than one shard, so pick the most
 	// shards (a power of two, at most 1024) that still fit two of the
 	// largest documents each.
@@ -47,7 +53,7 @@ func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
 	cfg.HardMaxCacheSize = int(max(1, maxBytes>>20))
 	cfg.Verbose = false
 	cfg.Logger = nil
-	l := &l1Cache{hot: make(map[string]weak.Pointer[Document])}
+	l := &Cache{hot: make(map[string]weak.Pointer[document.Document])}
 	// bigcache hands the callback a copy of the entry: one copy per
 	// document dropped, on the Set that drops it, never on a hit.
 	cfg.OnRemoveWithReason = func(_ string, _ []byte, why bigcache.RemoveReason) {
@@ -67,7 +73,7 @@ func newL1(maxBytes, maxEntry int64, life time.Duration) (*l1Cache, error) {
 }
 
 // Get returns the cached Document of cache id key, or nil.
-func (l *l1Cache) Get(key string) *Document {
+func (l *Cache) Get(key string) *document.Document {
 	l.mu.Lock()
 	if d := l.hot[key].Value(); d != nil {
 		l.mu.Unlock()
@@ -78,8 +84,8 @@ func (l *l1Cache) Get(key string) *Document {
 	if err != nil {
 		return nil
 	}
-	d, err := decodeDocument(b)
-	if err != nil || d.id() != key {
+	d, err := document.Decode(b)
+	if err != nil || d.ID() != key {
 		return nil
 	}
 	l.remember(d)
@@ -89,8 +95,8 @@ func (l *l1Cache) Get(key string) *Document {
 // Set stores d, whose encoding is enc, under its cache id, replacing any
 // older copy, but not a newer one that is still alive in this process. enc
 // is copied into bigcache; d keeps sharing its own body.
-func (l *l1Cache) Set(d *Document, enc []byte) {
-	id := d.id()
+func (l *Cache) Set(d *document.Document, enc []byte) {
+	id := d.ID()
 	l.mu.Lock()
 	if cur := l.hot[id].Value(); cur != nil && cur.URL == d.URL && cur.FetchedAt.After(d.FetchedAt) {
 		l.mu.Unlock()
@@ -105,15 +111,15 @@ func (l *l1Cache) Set(d *Document, enc []byte) {
 }
 
 // Delete removes key.
-func (l *l1Cache) Delete(key string) {
+func (l *Cache) Delete(key string) {
 	l.mu.Lock()
 	delete(l.hot, key)
 	l.mu.Unlock()
 	_ = l.bc.Delete(key)
 }
 
-func (l *l1Cache) remember(d *Document) {
-	p, id := weak.Make(d), d.id()
+func (l *Cache) remember(d *document.Document) {
+	p, id := weak.Make(d), d.ID()
 	l.mu.Lock()
 	l.hot[id] = p
 	l.mu.Unlock()
@@ -122,7 +128,7 @@ func (l *l1Cache) remember(d *Document) {
 
 // forget drops key's weak entry once its Document has been collected,
 // unless a newer Document has taken its place.
-func (l *l1Cache) forget(key string) {
+func (l *Cache) forget(key string) {
 	l.mu.Lock()
 	if p, ok := l.hot[key]; ok && p.Value() == nil {
 		delete(l.hot, key)
@@ -130,4 +136,19 @@ func (l *l1Cache) forget(key string) {
 	l.mu.Unlock()
 }
 
-func (l *l1Cache) Close() error { return l.bc.Close() }
+// Close releases the cache.
+func (l *Cache) Close() error { return l.bc.Close() }
+
+// Stats are a Cache's figures.
+type Stats struct {
+	Entries int   // documents held
+	Bytes   int64 // memory allocated for them
+	// Evicted counts documents dropped to make room; Expired, those
+	// dropped past the life window.
+	Evicted, Expired int64
+}
+
+// Stats returns the cache's figures.
+func (l *Cache) Stats() Stats {
+	return Stats{Entries: l.bc.Len(), Bytes: int64(l.bc.Capacity()), Evicted: l.evicted.Load(), Expired: l.expired.Load()}
+}

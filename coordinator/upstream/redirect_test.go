@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import (
 	"log/slog"
@@ -9,10 +9,12 @@ import (
 // TestRedirectTarget: a redirect is followed only to the canonical form of
 // a target inside the upstream; tricks and exits are not followed.
 func TestRedirectTarget(t *testing.T) {
-	c := newTestCoordinator(t, Config{Upstreams: []Upstream{
-		{Name: "docs", BaseURL: "http://127.0.0.1:8080/docs/"},
-	}})
-	p := &protected{up: &c.cfg.Upstreams[0], log: slog.New(slog.DiscardHandler)}
+	up := Config{Name: "docs", BaseURL: "http://127.0.0.1:8080/docs/"}
+	up.SetDefaults()
+	if err := up.Validate("upstreams[0]"); err != nil {
+		t.Fatal(err)
+	}
+	p := &Client{up: &up, log: slog.New(slog.DiscardHandler)}
 	const from = "http://127.0.0.1:8080/docs/a/start"
 	tests := []struct {
 		name     string

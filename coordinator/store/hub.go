@@ -1,4 +1,4 @@
-package coordinator
+package store
 
 import (
 	"context"
@@ -15,18 +15,18 @@ import (
 
 // Event types on the completion channel.
 const (
-	evDone    = "done"    // the document landed; R names the Redis key holding it
-	evFail    = "fail"    // the fetch failed; E and M say how
-	evRelease = "release" // the leader gave up without a result; try again
-	evInval   = "inval"   // drop K from L1 and fence its fills
-	evReset   = "reset"   // local only: the subscription was (re)established or Redis went down; re-check
+	EventDone    = "done"    // the document landed; R names the Redis key holding it
+	EventFail    = "fail"    // the fetch failed; E and M say how
+	EventRelease = "release" // the leader gave up without a result; try again
+	EventInval   = "inval"   // drop K from L1 and fence its fills
+	EventReset   = "reset"   // local only: the subscription was (re)established or Redis went down; re-check
 )
 
-// event is one message on the completion channel, or a local reset. Key
+// Event is one message on the completion channel, or a local reset. Key
 // is the cache id; Token is the fill lock token of the leader that sent
 // it, so that a follower takes a fail or a release only from the leader it
 // waits for, never from an earlier one.
-type event struct {
+type Event struct {
 	Type   string `json:"t"`
 	Key    string `json:"k"`
 	Token  string `json:"o,omitempty"`
@@ -41,7 +41,7 @@ type event struct {
 	Doc []byte `json:"-"`
 }
 
-func (e event) encode() []byte {
+func (e Event) encode() []byte {
 	b, _ := json.Marshal(e)
 	if len(e.Doc) > 0 {
 		b = append(append(b, '\n'), e.Doc...)
@@ -50,11 +50,11 @@ func (e event) encode() []byte {
 }
 
 // decodeEvent parses a message of the completion channel.
-func decodeEvent(payload string) (event, bool) {
+func decodeEvent(payload string) (Event, bool) {
 	head, doc, _ := strings.Cut(payload, "\n")
-	var ev event
+	var ev Event
 	if json.Unmarshal([]byte(head), &ev) != nil || ev.Key == "" {
-		return event{}, false
+		return Event{}, false
 	}
 	if doc != "" {
 		ev.Doc = bytesOf(doc)
@@ -62,12 +62,16 @@ func decodeEvent(payload string) (event, bool) {
 	return ev, true
 }
 
-// waiter receives the events of one key. ch has room for one event; a
-// waiter that already has an event pending needs no other to re-check.
-type waiter struct {
+// Waiter receives the events of one key. Its channel has room for one
+// event; a waiter that already has an event pending needs no other to
+// re-check.
+type Waiter struct {
 	key string
-	ch  chan event
+	ch  chan Event
 }
+
+// Events is the channel of w's events. It is never closed.
+func (w *Waiter) Events() <-chan Event { return w.ch }
 
 // hub is this instance's subscriber to the completion channels,
 // multiplexing every key: it dispatches each event to the local waiters
@@ -90,7 +94,7 @@ type hub struct {
 	onUp      func()           // called whenever every subscription is confirmed
 
 	mu      sync.Mutex // protects waiters
-	waiters map[string]map[*waiter]struct{}
+	waiters map[string]map[*Waiter]struct{}
 
 	ready []atomic.Bool // per channel: subscription confirmed and not since broken
 }
@@ -100,7 +104,7 @@ func newHub(rdb rediser, channel string, log *slog.Logger, onInval func(string))
 	return &hub{
 		channels: []string{channel}, log: log, onInval: onInval,
 		subscribe: func(ctx context.Context, ch string) *redis.PubSub { return rdb.Subscribe(ctx, ch) },
-		waiters:   make(map[string]map[*waiter]struct{}),
+		waiters:   make(map[string]map[*Waiter]struct{}),
 		ready:     make([]atomic.Bool, 1),
 	}
 }
@@ -119,12 +123,12 @@ func (h *hub) subscribed() bool {
 func (h *hub) shard(key string) int { return shardOf(key, len(h.channels)) }
 
 // register returns a waiter for key; the caller must unregister it.
-func (h *hub) register(key string) *waiter {
-	w := &waiter{key: key, ch: make(chan event, 1)}
+func (h *hub) register(key string) *Waiter {
+	w := &Waiter{key: key, ch: make(chan Event, 1)}
 	h.mu.Lock()
 	m := h.waiters[key]
 	if m == nil {
-		m = make(map[*waiter]struct{})
+		m = make(map[*Waiter]struct{})
 		h.waiters[key] = m
 	}
 	m[w] = struct{}{}
@@ -132,7 +136,7 @@ func (h *hub) register(key string) *waiter {
 	return w
 }
 
-func (h *hub) unregister(w *waiter) {
+func (h *hub) unregister(w *Waiter) {
 	if w == nil {
 		return
 	}
@@ -146,7 +150,7 @@ func (h *hub) unregister(w *waiter) {
 	h.mu.Unlock()
 }
 
-func (h *hub) dispatch(ev event) {
+func (h *hub) dispatch(ev Event) {
 	h.mu.Lock()
 	for w := range h.waiters[ev.Key] {
 		select {
@@ -170,7 +174,7 @@ func (h *hub) resetShard(i int) {
 		}
 		for w := range m {
 			select {
-			case w.ch <- event{Type: evReset, Key: w.key}:
+			case w.ch <- Event{Type: EventReset, Key: w.key}:
 			default:
 			}
 		}
@@ -274,10 +278,10 @@ func (h *hub) runOne(ctx context.Context, i int, interval time.Duration, onBroke
 			if !ok {
 				continue
 			}
-			if ev.Type == evDone && ev.Drop && h.onDrop != nil {
+			if ev.Type == EventDone && ev.Drop && h.onDrop != nil {
 				h.onDrop(ev.Key)
 			}
-			if ev.Type == evInval && h.onInval != nil {
+			if ev.Type == EventInval && h.onInval != nil {
 				h.onInval(ev.Key)
 			}
 			h.dispatch(ev)

@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import "time"
 
@@ -9,7 +9,8 @@ import "time"
 // breaker half-open for good), and ties the number of probes to the
 // successes that close it. Here the state machine below runs in-process
 // (single-node mode, Redis down), and admitScript and recordScript in
-// guard.go run the same machine atomically in Redis, one round trip each.
+// the store package (store/guard.go) run the same machine atomically in
+// Redis, one round trip each.
 
 // breakerState is a circuit breaker's state.
 type breakerState int

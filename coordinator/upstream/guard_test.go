@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/coordinator/store"
 	"github.com/coordd/coordd/internal/redistest"
 )
 
@@ -39,7 +40,7 @@ type testGuard interface {
 
 type redisTestGuard struct {
 	t *testing.T
-	g *redisGuard
+	g *sharedGuard
 }
 
 func (r redisTestGuard) admit(maxWait time.Duration) admission {
@@ -56,30 +57,33 @@ func (r redisTestGuard) record(a admission, o outcome, backoff time.Duration) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// testRedisLayer returns a redisLayer over a fresh redis-server, without
-// the subscription hub running.
-func testRedisLayer(t *testing.T) *redisLayer {
+// testStore returns a store over a fresh redis-server.
+func testStore(t *testing.T) *store.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	rl := &redisLayer{rdb: srv.Client(t), prefix: "test:", timeout: 2 * time.Second, retry: time.Second, log: quietLogger(), ctx: ctx, suspect: make(chan error, 1)}
-	rl.hub = newHub(rl.rdb, rl.channel(), rl.log, func(string) {})
-	rl.up.Store(true)
-	t.Cleanup(cancel)
-	return rl
+	r := store.Start(ctx, srv.Client(t), store.Config{Prefix: "test:", Timeout: 2 * time.Second, RetryInterval: time.Second, Logger: quietLogger()})
+	t.Cleanup(func() {
+		cancel()
+		r.Wait()
+	})
+	if !r.Healthy() {
+		t.Fatal("the store did not come up")
+	}
+	return r
 }
 
 // guardKinds runs fn against the local guard and the Redis one, each built
 // for p on a clock of its own, so that the two implementations of the same
 // state machine are held to the same expectations.
 func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, clk *testClock)) {
-	rl := testRedisLayer(t)
+	rl := testStore(t)
 	n := 0
 	for _, kind := range []string{"local", "redis"} {
 		t.Run(kind, func(t *testing.T) {
-			up := &Upstream{Name: "up", Timeout: time.Second, Protection: p}
-			up.Protection.setDefaults()
-			if err := up.Protection.validate("test"); err != nil {
+			up := &Config{Name: "up", Timeout: time.Second, Protection: p}
+			up.Protection.SetDefaults()
+			if err := up.Protection.Validate("test"); err != nil {
 				t.Fatal(err)
 			}
 			clk := newTestClock()
@@ -87,7 +91,7 @@ func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, c
 			if kind == "redis" {
 				n++
 				up.Name = "up" + string(rune('0'+n)) // a fresh key per run
-				g = redisTestGuard{t, newRedisGuard(rl, up, clk.Now, quietLogger(), nil)}
+				g = redisTestGuard{t, newSharedGuard(rl, up, clk.Now, quietLogger(), nil)}
 			}
 			fn(t, g, clk)
 		})

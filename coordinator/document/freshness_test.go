@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"net/http"
@@ -7,8 +7,8 @@ import (
 )
 
 func TestLifetime(t *testing.T) {
-	up := &Upstream{TTL: 10 * time.Minute, StaleTTL: time.Hour}
-	up.Protection.MinTTL, up.Protection.MaxTTL = time.Minute, 24*time.Hour
+	up := &Freshness{TTL: 10 * time.Minute, StaleTTL: time.Hour}
+	up.MinTTL, up.MaxTTL = time.Minute, 24*time.Hour
 	noStaleWindow := *up
 	noStaleWindow.StaleTTL = 0
 	now := time.Unix(1_800_000_000, 0)
@@ -19,7 +19,7 @@ func TestLifetime(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		cc        []string
-		up        *Upstream // default: up
+		up        *Freshness // default: up
 		fresh     time.Duration
 		wantRV    Revalidation
 		wantStore bool
@@ -62,8 +62,8 @@ func TestLifetime(t *testing.T) {
 		for _, v := range tc.cc {
 			h.Add("Cache-Control", v)
 		}
-		l, store := u.lifetime(h, now)
-		fresh, stale, rv := l.fresh, l.stale, l.rv
+		l, store := u.Lifetime(h, now)
+		fresh, stale, rv := l.Fresh, l.Stale, l.Revalidation
 		if store != tc.wantStore || fresh.Sub(now) != tc.fresh || rv != tc.wantRV {
 			t.Errorf("Cache-Control %q: fresh %v, %v, store %v; want %v, %v, %v", tc.cc, fresh.Sub(now), rv, store, tc.fresh, tc.wantRV, tc.wantStore)
 			continue
@@ -109,7 +109,7 @@ func TestServeStale(t *testing.T) {
 // window; without them both last the stale window.
 func TestStaleWindows(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	u := &Upstream{TTL: 10 * time.Minute, StaleTTL: time.Hour, Protection: Protection{MaxTTL: 24 * time.Hour}}
+	u := &Freshness{TTL: 10 * time.Minute, StaleTTL: time.Hour, MaxTTL: 24 * time.Hour}
 	for _, tc := range []struct {
 		cc               string
 		wantSWR, wantSIE time.Duration // after now; the stale window ends at fresh + 1h
@@ -120,9 +120,9 @@ func TestStaleWindows(t *testing.T) {
 		{"max-age=60, stale-while-revalidate=0", 60 * time.Second, 60*time.Second + time.Hour},
 		{"max-age=60, stale-while-revalidate=-1, stale-if-error=x", 60*time.Second + time.Hour, 60*time.Second + time.Hour},
 	} {
-		l, _ := u.lifetime(http.Header{"Cache-Control": {tc.cc}}, now)
+		l, _ := u.Lifetime(http.Header{"Cache-Control": {tc.cc}}, now)
 		d := &Document{FetchedAt: now}
-		l.set(d)
+		l.Apply(d)
 		for _, at := range []time.Duration{0, 61 * time.Second, 89 * time.Second, 91 * time.Second, 359 * time.Second, 361 * time.Second, time.Hour + 59*time.Second, time.Hour + 61*time.Second} {
 			when := now.Add(at)
 			if got, want := d.ServeStaleWhileRevalidate(when), at < tc.wantSWR; got != want {

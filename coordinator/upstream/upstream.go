@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import (
 	"context"
@@ -17,6 +17,17 @@ type FetchRequest struct {
 	URL          string // canonical url, inside the upstream
 	ETag         string // sent as If-None-Match when set
 	LastModified string // sent as If-Modified-Since when set
+	// Deadline, when set, returns the latest deadline among the callers
+	// waiting for the fetch, and false when one of them has none. It may
+	// change while the fetch runs (callers join), so it is asked each time
+	// a wait is bounded: the fetch gives up on a rate-limit slot that no
+	// caller would live to see.
+	Deadline func() (time.Time, bool)
+	// LowPriority marks a fetch that only refreshes a copy that is still
+	// fresh (a caller's max_age refused it): it takes a rate-limit slot
+	// only if the next one is free, so that such callers cannot starve
+	// cold misses and background revalidations.
+	LowPriority bool
 }
 
 // Response is an upstream's answer with its body read in full.
@@ -33,27 +44,27 @@ type Response struct {
 // open). report, when not nil, receives progress events; it is called from
 // the Fetch goroutine. Implementations must be safe for concurrent use.
 type Fetcher interface {
-	Fetch(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error)
+	Fetch(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error)
 }
 
 // FetcherFunc adapts a function to a Fetcher.
-type FetcherFunc func(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error)
+type FetcherFunc func(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error)
 
 // Fetch calls f.
-func (f FetcherFunc) Fetch(ctx context.Context, req FetchRequest, report func(Progress)) (*Response, error) {
+func (f FetcherFunc) Fetch(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error) {
 	return f(ctx, req, report)
 }
 
 // httpFetcher does one HTTP request against one upstream, bounded by the
 // upstream's timeout and max_body_bytes. It never follows a redirect: it
-// returns it, and protected.Fetch follows it through the guard, so that
+// returns it, and Client.Fetch follows it through the guard, so that
 // every request reaching the upstream is admitted and counted.
 type httpFetcher struct {
-	up     *Upstream
+	up     *Config
 	client *http.Client
 }
 
-func newHTTPFetcher(up *Upstream, transport http.RoundTripper) *httpFetcher {
+func newHTTPFetcher(up *Config, transport http.RoundTripper) *httpFetcher {
 	f := &httpFetcher{up: up}
 	f.client = &http.Client{
 		Transport: transport,
@@ -64,7 +75,7 @@ func newHTTPFetcher(up *Upstream, transport http.RoundTripper) *httpFetcher {
 	return f
 }
 
-func (f *httpFetcher) Fetch(ctx context.Context, fr FetchRequest, _ func(Progress)) (*Response, error) {
+func (f *httpFetcher) Fetch(ctx context.Context, fr FetchRequest, _ func(Event)) (*Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.up.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fr.URL, nil)

@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"unicode"
@@ -11,15 +11,15 @@ import (
 // receive limit.
 const maxHeaderBytes = 1 << 10
 
-// dropBadHeaders empties each of d's upstream header values (ContentType,
+// DropBadHeaders empties each of d's upstream header values (ContentType,
 // ETag, LastModified) that cannot be served: longer than maxHeaderBytes,
 // not valid UTF-8 (protobuf string fields must be), or holding a control
 // character other than horizontal tab (HTTP's whitespace). A value is
 // dropped whole, never repaired: a repaired ETag sent back in If-None-Match
 // would not be the upstream's, and a repaired Content-Type or
 // Last-Modified would be a guess. It is called while d is being built, by
-// document and decodeDocument (copies cached before it existed).
-func (d *Document) dropBadHeaders() {
+// the coordinator and Decode (copies cached before it existed).
+func (d *Document) DropBadHeaders() {
 	for _, v := range []*string{&d.ContentType, &d.ETag, &d.LastModified} {
 		if !servableHeader(*v) {
 			*v = ""
@@ -28,7 +28,7 @@ func (d *Document) dropBadHeaders() {
 }
 
 // servableHeader reports whether v may be kept and served as a header
-// value; see dropBadHeaders.
+// value; see DropBadHeaders.
 func servableHeader(v string) bool {
 	if len(v) > maxHeaderBytes || !utf8.ValidString(v) {
 		return false

@@ -1,4 +1,4 @@
-package coordinator
+package document
 
 import (
 	"net/http"
@@ -7,7 +7,18 @@ import (
 	"time"
 )
 
-// lifetime returns how long a 2xx answer (or a 304 revalidating one) with
+// Freshness is what an upstream's configuration says of its documents'
+// lifetimes: the defaults and the bounds put on the upstream's own
+// Cache-Control.
+type Freshness struct {
+	TTL      time.Duration // fresh lifetime without Cache-Control
+	StaleTTL time.Duration // how long past the fresh lifetime a copy stays usable stale
+	// MinTTL and MaxTTL bound a positive fresh lifetime that Cache-Control
+	// sets.
+	MinTTL, MaxTTL time.Duration
+}
+
+// Lifetime returns how long a 2xx answer (or a 304 revalidating one) with
 // header h, received at now, stays fresh and then usable stale, what may be
 // done with it once stale, and whether it may be stored at all. The
 // upstream's Cache-Control decides when it says:
@@ -33,43 +44,43 @@ import (
 //
 // The stale window is StaleTTL after the fresh lifetime; a copy whose
 // window is empty is not stored.
-func (u *Upstream) lifetime(h http.Header, now time.Time) (l lifetime, store bool) {
+func (u Freshness) Lifetime(h http.Header, now time.Time) (l Lifetime, store bool) {
 	cc := parseCacheControl(h.Values("Cache-Control"))
 	if cc.noStore {
-		return lifetime{fresh: now, stale: now}, false
+		return Lifetime{Fresh: now, Stale: now}, false
 	}
 	ttl := u.TTL
 	switch {
 	case cc.noCache || (cc.hasAge && cc.age == 0):
-		ttl, l.rv = 0, RevalidateBeforeUse
+		ttl, l.Revalidation = 0, RevalidateBeforeUse
 	case cc.hasAge:
-		ttl = min(max(cc.age, u.Protection.MinTTL), u.Protection.MaxTTL)
+		ttl = min(max(cc.age, u.MinTTL), u.MaxTTL)
 	}
 	if cc.mustRevalidate {
-		l.rv = RevalidateStrictly
+		l.Revalidation = RevalidateStrictly
 	}
-	l.fresh, l.stale = now.Add(ttl), now.Add(ttl+u.StaleTTL)
+	l.Fresh, l.Stale = now.Add(ttl), now.Add(ttl+u.StaleTTL)
 	if cc.hasSWR {
-		l.whileRevalidate = l.fresh.Add(min(cc.swr, u.StaleTTL))
+		l.WhileRevalidate = l.Fresh.Add(min(cc.swr, u.StaleTTL))
 	}
 	if cc.hasSIE {
-		l.ifError = l.fresh.Add(min(cc.sie, u.StaleTTL))
+		l.IfError = l.Fresh.Add(min(cc.sie, u.StaleTTL))
 	}
-	return l, l.stale.After(now)
+	return l, l.Stale.After(now)
 }
 
-// lifetime is when a copy stops being fresh, usable stale, and served
+// Lifetime is when a copy stops being fresh, usable stale, and served
 // stale (see Document).
-type lifetime struct {
-	fresh, stale             time.Time
-	whileRevalidate, ifError time.Time // zero: until stale
-	rv                       Revalidation
+type Lifetime struct {
+	Fresh, Stale             time.Time
+	WhileRevalidate, IfError time.Time // zero: until Stale
+	Revalidation             Revalidation
 }
 
-// set gives d the lifetime l.
-func (l lifetime) set(d *Document) {
-	d.FreshUntil, d.StaleUntil, d.Revalidation = l.fresh, l.stale, l.rv
-	d.WhileRevalidateUntil, d.IfErrorUntil = l.whileRevalidate, l.ifError
+// Apply gives d the lifetime l.
+func (l Lifetime) Apply(d *Document) {
+	d.FreshUntil, d.StaleUntil, d.Revalidation = l.Fresh, l.Stale, l.Revalidation
+	d.WhileRevalidateUntil, d.IfErrorUntil = l.WhileRevalidate, l.IfError
 }
 
 // cacheControl is what a shared cache reads from Cache-Control.

@@ -1,4 +1,11 @@
-package coordinator
+// Package store is what coordd keeps in Redis and shares between
+// instances: L2 (documents and their generations), the fill locks with
+// their leases and watchdogs, the completion events on pub/sub (sharded in
+// Redis Cluster), the shared upstream guards, and the health of Redis
+// itself. Every key layout, every Lua script and every KEYS/ARGV list is
+// in this package: its callers Land, HandOff, Invalidate, TryLock, Admit
+// and Record.
+package store
 
 import (
 	"context"
@@ -12,11 +19,28 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator/document"
 )
 
-// ErrRedisUnavailable reports that an operation needed Redis and Redis is
-// down; the coordinator keeps serving in-process meanwhile.
-var ErrRedisUnavailable = errors.New("coordinator: redis unavailable")
+// ErrUnavailable reports that an operation needed Redis and Redis is
+// down or did not answer; the coordinator keeps serving in-process
+// meanwhile. It is coordinator.ErrRedisUnavailable.
+var ErrUnavailable = errors.New("coordinator: redis unavailable")
+
+// Metrics observes the store; coordinator.Metrics satisfies it. Its
+// methods must be fast and must not block.
+type Metrics interface {
+	// Lock counts an attempt at a fill lock: "acquired", "contended" or
+	// "unavailable".
+	Lock(outcome string)
+	// LockExtension counts a watchdog's renewal: "ok", "lost" or "error".
+	LockExtension(result string)
+	// RedisError counts a failed operation: "reply" or "unavailable".
+	RedisError(kind string)
+	// RedisHealth counts a change of Redis's health.
+	RedisHealth(up bool)
+}
 
 // rediser is the narrow part of go-redis the coordinator uses; both
 // *redis.Client and *redis.ClusterClient satisfy it.
@@ -32,23 +56,26 @@ type rediser interface {
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 }
 
-// redisLayer is L2, the fill lock and the completion channel, with a health
+// Redis is L2, the fill lock and the completion channel, with a health
 // tracker. A failed operation only makes Redis suspect: one goroutine, the
 // only owner of the health state, then pings it, and marks it down only
 // when the ping fails too. While Redis is down, request-path operations
-// fail fast with ErrRedisUnavailable (no caller waits on a dead Redis); the
+// fail fast with ErrUnavailable (no caller waits on a dead Redis); the
 // same goroutine pings it every retry interval and marks it up when it
 // answers and the subscription is back. Releases and publishes that others
 // wait for are always attempted (bounded by the timeout), whatever the
-// health state says.
-type redisLayer struct {
-	rdb      rediser
-	prefix   string
-	timeout  time.Duration
-	retry    time.Duration
-	log      *slog.Logger
-	m        Metrics
-	onChange func(up bool)
+// health state says. A Redis is safe for concurrent use.
+type Redis struct {
+	rdb       rediser
+	prefix    string
+	timeout   time.Duration
+	retry     time.Duration
+	log       *slog.Logger
+	m         Metrics
+	onChange  func(up bool)
+	resultTTL time.Duration  // of an uncacheable answer's result key
+	inlineMax int            // largest encoded document carried in a done event
+	wg        sync.WaitGroup // the hub and the health watcher
 
 	up      atomic.Bool
 	downs   atomic.Int64 // up-to-down transitions
@@ -59,16 +86,27 @@ type redisLayer struct {
 	ctx     context.Context           // ends on Close
 }
 
+// Register returns a waiter for the events of id; the caller must
+// Unregister it. Register before re-checking L2, then wait: no wakeup is
+// lost.
+func (r *Redis) Register(id string) *Waiter { return r.hub.register(id) }
+
+// Unregister stops w; w may be nil.
+func (r *Redis) Unregister(w *Waiter) { r.hub.unregister(w) }
+
 // Redis keys of one cache id. The id is in a hash tag, so that in Redis
 // Cluster the document, its fill lock and its generation share a slot and
 // one script can touch them together.
-func (r *redisLayer) docKey(id string) string  { return r.prefix + "{" + id + "}:doc" }
-func (r *redisLayer) lockKey(id string) string { return r.prefix + "{" + id + "}:lock" }
-func (r *redisLayer) genKey(id string) string  { return r.prefix + "{" + id + "}:gen" }
-func (r *redisLayer) channel() string          { return r.prefix + "events" }
+func (r *Redis) docKey(id string) string  { return r.prefix + "{" + id + "}:doc" }
+func (r *Redis) lockKey(id string) string { return r.prefix + "{" + id + "}:lock" }
+func (r *Redis) genKey(id string) string  { return r.prefix + "{" + id + "}:gen" }
+func (r *Redis) channel() string          { return r.prefix + "events" }
 
-// healthy reports whether Redis is believed up.
-func (r *redisLayer) healthy() bool { return r.up.Load() }
+// Healthy reports whether Redis is believed up.
+func (r *Redis) Healthy() bool { return r.up.Load() }
+
+// Downs returns how many times Redis was marked down.
+func (r *Redis) Downs() int64 { return r.downs.Load() }
 
 // bytesPerSecond is the transfer rate assumed when a Redis operation's
 // timeout is scaled to the size of its value: a 10 MiB document gets
@@ -76,14 +114,14 @@ func (r *redisLayer) healthy() bool { return r.up.Load() }
 const bytesPerSecond = 32 << 20
 
 // timeoutFor is the timeout of an operation moving size bytes.
-func (r *redisLayer) timeoutFor(size int) time.Duration {
+func (r *Redis) timeoutFor(size int) time.Duration {
 	return r.timeout + time.Duration(int64(size)*int64(time.Second)/bytesPerSecond)
 }
 
 // op runs fn on the request path: it fails fast while Redis is down.
-func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error) error {
+func (r *Redis) op(ctx context.Context, fn func(ctx context.Context) error) error {
 	if !r.up.Load() {
-		return ErrRedisUnavailable
+		return ErrUnavailable
 	}
 	return r.always(ctx, 0, fn)
 }
@@ -93,7 +131,7 @@ func (r *redisLayer) op(ctx context.Context, fn func(ctx context.Context) error)
 // reply from Redis, even an error reply such as OOM under maxmemory, means
 // that this operation failed, not that Redis is down; other failures make
 // Redis suspect.
-func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.Context) error) error {
+func (r *Redis) always(ctx context.Context, size int, fn func(ctx context.Context) error) error {
 	octx, cancel := context.WithTimeout(ctx, r.timeoutFor(size))
 	defer cancel()
 	err := fn(octx)
@@ -110,7 +148,7 @@ func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.C
 	r.m.RedisError("unavailable")
 	r.reloadSlots()
 	r.markSuspect(err)
-	return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	return fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 // reloadSlots asks go-redis, in Redis Cluster, to reload its map of the
@@ -121,7 +159,7 @@ func (r *redisLayer) always(ctx context.Context, size int, fn func(ctx context.C
 // (unless a shard channel subscription on that node broke and was
 // re-established, which reloads it too). The reload is asynchronous,
 // deduplicated and rate-limited by go-redis.
-func (r *redisLayer) reloadSlots() {
+func (r *Redis) reloadSlots() {
 	if r.reload != nil {
 		r.reload(r.ctx)
 	}
@@ -141,7 +179,7 @@ func isReply(err error) bool {
 }
 
 // markSuspect asks the health owner to check Redis.
-func (r *redisLayer) markSuspect(err error) {
+func (r *Redis) markSuspect(err error) {
 	select {
 	case r.suspect <- err:
 	default: // a check is already pending
@@ -152,13 +190,13 @@ func (r *redisLayer) markSuspect(err error) {
 // marked down at once, even with no request in flight to notice it, while
 // a subscription that alone was cut (a proxy, CLIENT KILL) degrades
 // nothing: the hub resubscribes and every waiter re-checks.
-func (r *redisLayer) verify(err error) { r.markSuspect(err) }
+func (r *Redis) verify(err error) { r.markSuspect(err) }
 
 // watch owns the health state until ctx ends. Up, it waits for a suspect
 // operation and pings; a failed ping marks Redis down. Down, it pings every
 // retry interval and marks Redis up when it answers and the subscription is
 // confirmed. Being the only writer, it cannot lose a transition.
-func (r *redisLayer) watch(ctx context.Context) {
+func (r *Redis) watch(ctx context.Context) {
 	t := time.NewTicker(r.retry)
 	defer t.Stop()
 	for {
@@ -200,7 +238,7 @@ func scripts() []*redis.Script {
 // warm prepares Redis for the first burst: the scripts loaded (so that no
 // call pays for EVALSHA's NOSCRIPT round trip) and conns connections
 // opened (so that no call pays for a dial).
-func (r *redisLayer) warm(ctx context.Context, conns int) {
+func (r *Redis) warm(ctx context.Context, conns int) {
 	ctx, cancel := context.WithTimeout(ctx, 4*r.timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -213,7 +251,7 @@ func (r *redisLayer) warm(ctx context.Context, conns int) {
 	wg.Wait()
 }
 
-func (r *redisLayer) ping(ctx context.Context) error {
+func (r *Redis) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	err := r.rdb.Ping(ctx).Err()
@@ -224,7 +262,7 @@ func (r *redisLayer) ping(ctx context.Context) error {
 }
 
 // setDown marks Redis down; only watch (and start-up) calls it.
-func (r *redisLayer) setDown(err error) {
+func (r *Redis) setDown(err error) {
 	if r.up.CompareAndSwap(true, false) {
 		r.downs.Add(1)
 		r.log.Warn("redis unavailable; serving from L1 and coordinating in-process", "err", err)
@@ -236,31 +274,35 @@ func (r *redisLayer) setDown(err error) {
 	}
 }
 
-// getDoc reads id's Document and generation from L2 in one round trip.
+// UnknownGen is the generation of an id that could not be read: a landing
+// under it is fenced by the lock alone (see landScript, where it is "?").
+const UnknownGen = "?"
+
+// GetDoc reads id's Document and generation from L2 in one round trip.
 // d is nil when absent, undecodable, not id's, or unreadable; enc is the
 // encoding it was read from (for L1, so that the body is not encoded
-// again). gen is the generation Invalidate last gave id ("" for none); ok
-// is false when Redis could not be read, so gen is unknown.
-func (r *redisLayer) getDoc(ctx context.Context, id string) (d *Document, enc []byte, gen string, ok bool) {
+// again). gen is the generation Invalidate last gave id ("" for none), or
+// UnknownGen when Redis could not be read.
+func (r *Redis) GetDoc(ctx context.Context, id string) (d *document.Document, enc []byte, gen string) {
 	var vals []any
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		vals, err = r.rdb.MGet(ctx, r.docKey(id), r.genKey(id)).Result()
 		return err
 	})
 	if err != nil || len(vals) != 2 {
-		return nil, nil, "", false
+		return nil, nil, UnknownGen
 	}
 	gen, _ = vals[1].(string)
 	s, _ := vals[0].(string)
 	if s == "" {
-		return nil, nil, gen, true
+		return nil, nil, gen
 	}
 	b := bytesOf(s)
-	d, err = decodeDocument(b)
-	if err != nil || d.id() != id {
-		return nil, nil, gen, true
+	d, err = document.Decode(b)
+	if err != nil || d.ID() != id {
+		return nil, nil, gen
 	}
-	return d, b, gen, true
+	return d, b, gen
 }
 
 // bytesOf returns s's bytes without copying them. go-redis hands values
@@ -270,7 +312,7 @@ func (r *redisLayer) getDoc(ctx context.Context, id string) (d *Document, enc []
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // getRaw reads the Document stored under rkey; nil unless it is id's.
-func (r *redisLayer) getRaw(ctx context.Context, rkey, id string) (*Document, []byte) {
+func (r *Redis) getRaw(ctx context.Context, rkey, id string) (*document.Document, []byte) {
 	var s string
 	err := r.op(ctx, func(ctx context.Context) (err error) {
 		s, err = r.rdb.Get(ctx, rkey).Result()
@@ -280,9 +322,88 @@ func (r *redisLayer) getRaw(ctx context.Context, rkey, id string) (*Document, []
 		return nil, nil
 	}
 	b := bytesOf(s)
-	d, err := decodeDocument(b)
-	if err != nil || d.id() != id {
+	d, err := document.Decode(b)
+	if err != nil || d.ID() != id {
 		return nil, nil
 	}
 	return d, b
 }
+
+// Config configures a Redis store.
+type Config struct {
+	Prefix        string        // prefixes every key and channel
+	Timeout       time.Duration // of each operation on the request path
+	RetryInterval time.Duration // between pings while Redis is down
+	// ResultTTL is how long an uncacheable answer is kept for followers.
+	ResultTTL time.Duration
+	// InlineMaxBytes is the largest encoded document carried inside a
+	// done event; negative: never inline.
+	InlineMaxBytes int
+	Logger         *slog.Logger
+	Metrics        Metrics // nil: none
+	// OnHealth, when set, is called whenever Redis is found down (false)
+	// or back (true).
+	OnHealth func(up bool)
+	// OnInvalidate is called for every inval event, with its id.
+	OnInvalidate func(id string)
+	// OnDrop is called for every done event of an answer that turned
+	// uncacheable, with its id: its old copy must go from L1.
+	OnDrop func(id string)
+}
+
+// Start returns the store over rdb (a *redis.Client, a
+// *redis.ClusterClient, which switches it to sharded pub/sub, or a
+// failover client), with its subscription hub and health watcher running
+// until ctx ends; Wait waits for them then. It waits up to 4 timeouts for
+// the subscription: a Redis that does not answer by then starts the store
+// down, and it recovers by itself.
+func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
+	r := &Redis{
+		rdb:       rdb,
+		prefix:    cfg.Prefix,
+		timeout:   cfg.Timeout,
+		retry:     cfg.RetryInterval,
+		log:       cfg.Logger,
+		m:         cfg.Metrics,
+		onChange:  cfg.OnHealth,
+		resultTTL: cfg.ResultTTL,
+		inlineMax: cfg.InlineMaxBytes,
+		suspect:   make(chan error, 1),
+		ctx:       ctx,
+	}
+	if r.m == nil {
+		r.m = nopMetrics{}
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	r.hub = r.newHub(rdb, cfg.OnInvalidate) // sharded pub/sub on a Redis Cluster
+	r.hub.onDrop = cfg.OnDrop
+	ready := make(chan struct{})
+	var once sync.Once
+	r.hub.onUp = func() { once.Do(func() { close(ready) }) }
+	r.wg.Go(func() { r.hub.run(ctx, max(time.Second, 4*r.timeout), r.verify) })
+	select {
+	case <-ready:
+		r.warm(ctx, 8)
+		r.up.Store(true)
+	case <-time.After(4 * r.timeout):
+		r.log.Warn("redis unavailable at start; serving from L1 and coordinating in-process")
+		if r.onChange != nil {
+			r.onChange(false)
+		}
+	}
+	r.wg.Go(func() { r.watch(ctx) })
+	return r
+}
+
+// Wait waits, once the context Start was given has ended, for the store's
+// goroutines to stop.
+func (r *Redis) Wait() { r.wg.Wait() }
+
+type nopMetrics struct{}
+
+func (nopMetrics) Lock(string)          {}
+func (nopMetrics) LockExtension(string) {}
+func (nopMetrics) RedisError(string)    {}
+func (nopMetrics) RedisHealth(bool)     {}

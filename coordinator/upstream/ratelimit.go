@@ -1,4 +1,4 @@
-package coordinator
+package upstream
 
 import "time"
 
@@ -6,8 +6,8 @@ import "time"
 // reservations: an attempt over the limit is given the start time of the
 // next free slot and waits for it, so waiters are served in the order they
 // asked, each at most MaxWait, and none polls. The shared limiter is the
-// Lua in guard.go. It is hand-rolled rather than go-redis/redis_rate:
-// redis_rate only answers "allowed, or retry after d" without reserving,
+// Lua in the store package (store/guard.go). It is hand-rolled rather
+// than go-redis/redis_rate: redis_rate only answers "allowed, or retry after d" without reserving,
 // so waiters would poll Redis and race for each freed slot (unfair, and a
 // herd on Redis), and it could not also hold slots back until a shared
 // Retry-After ends, nor check the breaker, in the same atomic script. The

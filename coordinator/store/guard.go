@@ -1,0 +1,262 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The shared guard keeps one Redis hash per upstream, so that a script
+// touches a single key (and a single Redis Cluster slot). Fields: state,
+// gen, until (open: µs when it turns half-open), consec, succ, p1..pN
+// (half-open probe slot lease ends), i0..i9/r0..r9/f0..f9 (failure-rate
+// window buckets: slice number, attempts, failures), tat (GCRA theoretical
+// arrival time, µs), backoff (µs before which no slot starts). Times are in
+// microseconds of Redis's clock (TIME) unless a clock is passed in ARGV[1],
+// so that instances with skewed clocks share one schedule.
+const luaNow = `
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(n) return string.format('%.0f', n) end
+`
+
+// admitScript: ARGV = now, interval µs (0: no limit), tau µs, max wait
+// µs, probe slots, probe lease µs, key ttl ms. It returns {verdict, wait
+// µs, gen, the state it changed to (empty if none), probe slot, backoff
+// µs}.
+var admitScript = replaySafe(luaNow + `
+local h = KEYS[1]
+local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local probes, lease, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local v = redis.call('HMGET', h, 'state', 'until', 'gen', 'tat', 'backoff')
+local state = v[1] or 'closed'
+local untl, gen = tonumber(v[2]) or 0, tonumber(v[3]) or 0
+local tat, backoff = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+local changed = ''
+if state == 'open' then
+  if now < untl then
+    return {'open', untl - now, gen, '', 0, 0}
+  end
+  state, gen, changed = 'half', gen + 1, 'half'
+  redis.call('HSET', h, 'state', state, 'gen', gen, 'succ', 0)
+  for i = 1, probes do redis.call('HDEL', h, 'p' .. i) end
+end
+local slot = 0
+if state == 'half' then
+  for i = 1, probes do
+    if (tonumber(redis.call('HGET', h, 'p' .. i)) or 0) <= now then
+      slot = i
+      break
+    end
+  end
+  if slot == 0 then
+    redis.call('PEXPIRE', h, ttl)
+    return {'open', 0, gen, changed, 0, 0}
+  end
+end
+local at = math.max(now, backoff)
+if interval > 0 then at = math.max(at, tat - tau) end
+local boff = math.max(backoff - now, 0)
+if at - now > maxwait then
+  redis.call('PEXPIRE', h, ttl)
+  return {'limited', at - now, gen, changed, 0, boff}
+end
+if interval > 0 then redis.call('HSET', h, 'tat', fmt(math.max(tat, at) + interval)) end
+if slot > 0 then redis.call('HSET', h, 'p' .. slot, fmt(at + lease)) end
+redis.call('PEXPIRE', h, ttl)
+return {'ok', at - now, gen, changed, slot, boff}
+`)
+
+// recordScript: ARGV = now, outcome ('s', 'f' or 'n'), gen, probe slot,
+// backoff µs, failure threshold, failure rate, min requests, window µs,
+// open for µs, close after, probe slots, key ttl ms. It returns {the
+// state before, the state it changed to (empty if none)}.
+var recordScript = replaySafe(luaNow + `
+local h = KEYS[1]
+local o, gen, slot, boff = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local threshold, rate, minreq = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local window, openfor, closeafter = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local probes, ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
+if boff > 0 and now + boff > (tonumber(redis.call('HGET', h, 'backoff')) or 0) then
+  redis.call('HSET', h, 'backoff', fmt(now + boff))
+end
+local v = redis.call('HMGET', h, 'state', 'gen')
+local state, cur = v[1] or 'closed', tonumber(v[2]) or 0
+local from, changed = state, ''
+local function reset(to, untl)
+  local f = {'consec', 'succ'}
+  for j = 0, 9 do
+    f[#f + 1] = 'i' .. j
+    f[#f + 1] = 'r' .. j
+    f[#f + 1] = 'f' .. j
+  end
+  for i = 1, probes do f[#f + 1] = 'p' .. i end
+  redis.call('HDEL', h, unpack(f))
+  redis.call('HSET', h, 'state', to, 'gen', cur + 1, 'until', fmt(untl))
+  changed = to
+end
+if gen == cur then
+  if state == 'half' then
+    if slot > 0 then redis.call('HDEL', h, 'p' .. slot) end
+    if o == 's' then
+      if redis.call('HINCRBY', h, 'succ', 1) >= closeafter then reset('closed', 0) end
+    elseif o == 'f' then
+      reset('open', now + openfor)
+    end
+  elseif state == 'closed' and o ~= 'n' then
+    local idx = math.floor(now / math.max(math.floor(window / 10), 1))
+    local k = idx % 10
+    if tonumber(redis.call('HGET', h, 'i' .. k)) ~= idx then
+      redis.call('HSET', h, 'i' .. k, fmt(idx), 'r' .. k, 0, 'f' .. k, 0)
+    end
+    redis.call('HINCRBY', h, 'r' .. k, 1)
+    local consec = 0
+    if o == 'f' then
+      redis.call('HINCRBY', h, 'f' .. k, 1)
+      consec = redis.call('HINCRBY', h, 'consec', 1)
+    else
+      redis.call('HSET', h, 'consec', 0)
+    end
+    local req, fail = 0, 0
+    for j = 0, 9 do
+      local w = redis.call('HMGET', h, 'i' .. j, 'r' .. j, 'f' .. j)
+      local i = tonumber(w[1])
+      if i and i > idx - 10 and i <= idx then
+        req = req + tonumber(w[2])
+        fail = fail + tonumber(w[3])
+      end
+    end
+    if (threshold > 0 and consec >= threshold) or (rate > 0 and req >= minreq and fail >= rate * req) then
+      reset('open', now + openfor)
+    end
+  end
+end
+redis.call('PEXPIRE', h, ttl)
+return {from, changed}
+`)
+
+// guardKey is the hash of upstream's shared guard.
+func (r *Redis) guardKey(upstream string) string { return r.prefix + "protect:{" + upstream + "}" }
+
+// Admit is what admitScript is asked: see there.
+type Admit struct {
+	Now      time.Time     // zero: Redis's clock
+	Interval time.Duration // between rate-limit slots; 0: no limit
+	Tau      time.Duration // how far ahead of the schedule a slot may be
+	MaxWait  time.Duration // the latest start of a slot booked
+	Probes   int           // half-open probe slots
+	Lease    time.Duration // of a half-open probe slot
+	TTL      time.Duration // of the guard's hash
+}
+
+// Admission is admitScript's answer.
+type Admission struct {
+	Verdict string        // "ok", "open" or "limited"
+	Wait    time.Duration // until the slot starts; open: until half-open, when known
+	Gen     int64         // the breaker generation the attempt belongs to
+	Changed string        // "half" when the breaker turned half-open; else ""
+	Probe   int           // half-open probe slot held, 1-based; 0: none
+	Backoff time.Duration // how much of Wait is the upstream's backoff
+}
+
+// Record is what recordScript is told: see there.
+type Record struct {
+	Now              time.Time // zero: Redis's clock
+	Outcome          string    // "s" (success), "f" (failure) or "n" (nothing learnt)
+	Gen              int64
+	Probe            int
+	Backoff          time.Duration // the upstream asked for; 0: none
+	FailureThreshold int
+	FailureRate      float64
+	MinRequests      int
+	Window, OpenFor  time.Duration
+	CloseAfter       int
+	Probes           int
+	TTL              time.Duration // of the guard's hash
+}
+
+// clock is ARGV[1]: empty for Redis's clock.
+func clock(now time.Time) string {
+	if now.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(now.UnixMicro(), 10)
+}
+
+// Admit asks upstream's shared guard to admit an attempt, in one round
+// trip. It fails fast while Redis is down.
+func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission, error) {
+	key := r.guardKey(upstream)
+	args := []any{clock(a.Now), a.Interval.Microseconds(), a.Tau.Microseconds(), a.MaxWait.Microseconds(),
+		a.Probes, a.Lease.Microseconds(), a.TTL.Milliseconds()}
+	var res []any
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		res, err = r.runOnce(ctx, admitScript, key, []string{key}, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return Admission{}, err
+	}
+	if len(res) != 6 {
+		return Admission{}, fmt.Errorf("%w: admit script answered %v", ErrUnavailable, res)
+	}
+	verdict, _ := res[0].(string)
+	changed, _ := res[3].(string)
+	return Admission{
+		Verdict: verdict,
+		Wait:    time.Duration(asInt(res[1])) * time.Microsecond,
+		Gen:     asInt(res[2]),
+		Changed: changed,
+		Probe:   int(asInt(res[4])),
+		Backoff: time.Duration(asInt(res[5])) * time.Microsecond,
+	}, nil
+}
+
+// Record tells upstream's shared guard an attempt's outcome, in one round
+// trip, and returns the breaker's state before and the state it changed
+// to ("" if none), as the script names them ("closed", "half", "open").
+// It fails fast while Redis is down.
+func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to string, err error) {
+	key := r.guardKey(upstream)
+	args := []any{clock(o.Now), o.Outcome, o.Gen, o.Probe, o.Backoff.Microseconds(),
+		o.FailureThreshold, o.FailureRate, o.MinRequests, o.Window.Microseconds(),
+		o.OpenFor.Microseconds(), o.CloseAfter, o.Probes, o.TTL.Milliseconds()}
+	var res []any
+	err = r.op(ctx, func(ctx context.Context) (err error) {
+		res, err = r.runOnce(ctx, recordScript, key, []string{key}, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	if len(res) != 2 {
+		return "", "", fmt.Errorf("%w: record script answered %v", ErrUnavailable, res)
+	}
+	from, _ = res[0].(string)
+	to, _ = res[1].(string)
+	return from, to, nil
+}
+
+// BreakerState reads the state of upstream's shared breaker, as the
+// scripts name it ("closed" when it has none yet).
+func (r *Redis) BreakerState(ctx context.Context, upstream string) (string, error) {
+	var s string
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		s, err = r.rdb.HGet(ctx, r.guardKey(upstream), "state").Result()
+		return err
+	})
+	switch {
+	case errors.Is(err, redis.Nil):
+		return "closed", nil
+	case err != nil:
+		return "", err
+	}
+	return s, nil
+}

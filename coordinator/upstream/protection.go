@@ -1,0 +1,338 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// Options are the optional dependencies of NewClient.
+type Options struct {
+	// Fetcher does one plain request, never following a redirect.
+	// Default: HTTP over Transport.
+	Fetcher Fetcher
+	// Transport performs the default Fetcher's requests. Default:
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+	// Shared is the guard state every instance shares. Nil: single-node
+	// mode, where the in-process guard applies RateLimit.
+	Shared Shared
+	// Now is the clock of the in-process guard and the retry budget.
+	// Default: time.Now.
+	Now func() time.Time
+	// Logger receives the client's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics observes the client. Default: none.
+	Metrics Metrics
+	// Background, when set, tracks outcomes recorded after the answer is
+	// handed back, so that the owner can wait for them on close. Nil:
+	// outcomes are recorded before Fetch returns.
+	Background *sync.WaitGroup
+}
+
+// NewClient returns the Fetcher that protects up, which must have been
+// defaulted and validated: the guard (breaker, backoff, rate limit)
+// shared through o.Shared while it answers, the in-process one otherwise,
+// and retries under a budget.
+func NewClient(up *Config, o Options) *Client {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	next := o.Fetcher
+	if next == nil {
+		tr := o.Transport
+		if tr == nil {
+			tr = http.DefaultTransport
+		}
+		next = newHTTPFetcher(up, tr)
+	}
+	p := &Client{
+		up:     up,
+		next:   next,
+		now:    o.Now,
+		log:    o.Logger,
+		budget: newRetryBudget(up.Protection.Retry),
+		local:  newLocalGuard(up, o.Shared != nil, o.Now, o.Logger, o.Metrics),
+		m:      orNop(o.Metrics),
+		bg:     o.Background,
+	}
+	if o.Shared != nil {
+		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
+	}
+	return p
+}
+
+// Client is the Fetcher that protects one upstream. Every attempt, the
+// first and each retry, is admitted by a guard, which may make it wait for
+// a rate-limit slot or fail it at once (breaker open, slot too far), and
+// its outcome is recorded there. It is safe for concurrent use.
+type Client struct {
+	up     *Config
+	next   Fetcher
+	now    func() time.Time
+	log    *slog.Logger
+	budget *retryBudget
+	shared *sharedGuard // nil in single-node mode
+	local  *localGuard  // single-node mode, and while the shared store is down
+	m      Metrics
+	// bg tracks outcomes recorded after the answer is handed back; the
+	// owner's Close waits for them. Nil: record before returning.
+	bg *sync.WaitGroup
+}
+
+// Breakers returns the state of the client's breakers: the shared one's
+// ("" when there is none, or it could not be read within ctx), and the
+// in-process one's. States are "closed", "half-open" or "open".
+func (p *Client) Breakers(ctx context.Context) (shared, local string) {
+	if p.shared != nil {
+		shared, _ = p.shared.state(ctx)
+	}
+	return shared, p.local.state()
+}
+
+// MaxRedirects is the most redirects one fetch follows. Each redirect
+// followed is an upstream request of its own: admitted by the guard (rate
+// limit, breaker, Retry-After backoff), recorded there, counted by the
+// retry budget and retried like any other. The redirect past the limit is
+// delivered as the answer.
+const MaxRedirects = 5
+
+// Fetch fetches through the protection, following redirects within the
+// upstream (at most MaxRedirects). It returns the last attempt's answer or
+// error, or, when no attempt was allowed, an error wrapping ErrBreakerOpen
+// (breaker open) or ErrRateLimited (no slot within the wait bound); that
+// holds for each redirect hop as for the first request. A retry that is
+// refused (budget spent, breaker open, slot or Retry-After past the wait
+// bound) leaves the last answer standing. A redirect is followed only to
+// the canonical form of its target, which is what is sent, byte for byte;
+// a redirect leaving the upstream, one whose target CanonicalURL refuses,
+// and the one past MaxRedirects are delivered as they are.
+func (p *Client) Fetch(ctx context.Context, fr FetchRequest, report func(Event)) (*Response, error) {
+	if report == nil {
+		report = func(Event) {}
+	}
+	for hop := 0; ; hop++ {
+		resp, err := p.fetchOne(ctx, fr, report)
+		if err != nil || hop == MaxRedirects {
+			return resp, err
+		}
+		next, ok := p.redirect(fr.URL, resp)
+		if !ok {
+			return resp, nil
+		}
+		p.log.Debug("following redirect", "from", fr.URL, "to", next, "hop", hop+1)
+		// Conditional headers go along, as net/http would send them: a
+		// cached copy of a redirected url carries its target's validators.
+		fr.URL = next
+	}
+}
+
+// isRedirect reports whether resp is a redirect that Fetch may follow.
+func isRedirect(resp *Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// redirect returns the canonical url resp redirects to, and false when
+// resp is no redirect to follow: not a redirect, no usable Location, a
+// target that CanonicalURL refuses or that leaves the upstream.
+func (p *Client) redirect(from string, resp *Response) (string, bool) {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return "", false
+	}
+	loc := resp.Header.Get("Location")
+	base, err := url.Parse(from)
+	if loc == "" || err != nil {
+		return "", false
+	}
+	ref, err := base.Parse(loc)
+	if err != nil {
+		return "", false
+	}
+	u, err := CanonicalURL(ref.String())
+	if err != nil || !p.up.Contains(u) {
+		p.log.Debug("not following redirect", "from", from, "location", loc, "err", err)
+		return "", false
+	}
+	return u.String(), true
+}
+
+// fetchOne fetches one url: the first attempt and its retries.
+func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, report func(Event)) (*Response, error) {
+	rp := &p.up.Protection.Retry
+	p.budget.request(p.now())
+	var (
+		resp *Response
+		err  error
+	)
+	for attempt := 1; ; attempt++ {
+		a, aerr := p.admit(ctx, fr, report)
+		if aerr != nil {
+			if attempt > 1 {
+				return resp, err // a retry refused: the last answer stands
+			}
+			return nil, aerr
+		}
+		resp, err = p.next.Fetch(ctx, fr, report)
+		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
+		o, why := classify(ctx, resp, err)
+		backoff := p.retryAfter(resp)
+		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
+			// The answer goes to the callers now; its outcome reaches the
+			// shared breaker a Redis round trip later. Not for a half-open
+			// probe, whose slot the next probe waits for, nor a redirect,
+			// whose next hop is admitted by the state this records.
+			p.bg.Go(func() { p.record(context.WithoutCancel(ctx), a, o, backoff) })
+			return resp, err
+		}
+		p.record(ctx, a, o, backoff)
+		if o != outcomeFailure || attempt >= rp.MaxAttempts || ctx.Err() != nil {
+			return resp, err
+		}
+		delay := max(backoffDelay(rp, attempt), backoff)
+		if delay > p.bound(ctx, fr) {
+			p.log.Debug("not retrying: the backoff ends past the wait bound", "url", fr.URL, "delay", delay)
+			return resp, err
+		}
+		if !p.budget.tryRetry(p.now()) {
+			p.log.Debug("not retrying: retry budget exhausted", "url", fr.URL)
+			return resp, err
+		}
+		p.m.Retry(p.up.Name)
+		report(Event{
+			Stage:   StageRetrying,
+			Attempt: attempt + 1,
+			Wait:    delay,
+			Detail:  fmt.Sprintf("retry %d of %d after %s", attempt, rp.MaxAttempts-1, why),
+		})
+		if !sleep(ctx, delay) {
+			return resp, err
+		}
+	}
+}
+
+// admit gets an attempt admitted, waiting for its slot. It reports what it
+// waits for.
+func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
+	bound := p.bound(ctx, fr)
+	a := p.ask(ctx, bound)
+	switch a.verdict {
+	case verdictOpen:
+		p.m.BreakerRejected(p.up.Name)
+		report(Event{Stage: StageBreakerOpen, Wait: a.wait, Detail: "circuit breaker open: not calling " + p.up.Name})
+		return a, WithRetryAfter(fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name), a.wait)
+	case verdictOverLimit:
+		p.m.RateLimitRefused(p.up.Name)
+		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
+		return a, WithRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
+			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
+	}
+	if a.wait > 0 {
+		p.m.RateLimitWait(p.up.Name, a.wait)
+		detail := "waiting for a rate-limit slot"
+		if a.backoff >= a.wait {
+			detail = p.up.Name + " asked to back off (Retry-After)"
+		}
+		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: detail})
+		if !sleep(ctx, a.wait) {
+			p.record(ctx, a, outcomeNone, 0)
+			return a, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
+		}
+	}
+	return a, nil
+}
+
+// ask asks the shared guard, or the local one while Redis is down or
+// failing.
+func (p *Client) ask(ctx context.Context, bound time.Duration) admission {
+	if p.shared != nil { // fails fast while the store is down
+		if a, err := p.shared.admit(ctx, bound); err == nil {
+			return a
+		}
+	}
+	return p.local.admit(bound)
+}
+
+// record reports an attempt's outcome to the guard that admitted it. A
+// backoff the upstream asked for is also kept locally, so that it outlives
+// a Redis failure.
+func (p *Client) record(ctx context.Context, a admission, o outcome, backoff time.Duration) {
+	if a.shared {
+		p.shared.record(context.WithoutCancel(ctx), a, o, backoff)
+		if backoff > 0 {
+			p.local.backOff(backoff)
+		}
+		return
+	}
+	p.local.record(a, o, backoff)
+}
+
+// bound is how long this fetch may still wait: MaxWait, or less when every
+// caller waiting for it has a deadline (fr.Deadline), or its context has
+// one.
+func (p *Client) bound(ctx context.Context, fr FetchRequest) time.Duration {
+	b := p.up.Protection.MaxWait
+	// Deadlines are wall-clock times, whatever clock the guard keeps.
+	if dl, ok := ctx.Deadline(); ok {
+		b = min(b, time.Until(dl))
+	}
+	if fr.Deadline != nil {
+		if dl, ok := fr.Deadline(); ok {
+			b = min(b, time.Until(dl))
+		}
+	}
+	if fr.LowPriority {
+		// At most the next slot: never queue behind others, so that cold
+		// misses wait for one such fetch at most.
+		b = 0
+		if rl := p.up.Protection.RateLimit; rl > 0 {
+			b = min(p.up.Protection.MaxWait, slotInterval(rl))
+		}
+	}
+	return max(b, 0)
+}
+
+// tooManyBackoff is the backoff after a 429 without a Retry-After.
+const tooManyBackoff = time.Second
+
+// retryAfter is the backoff resp asks for: its Retry-After on a 429 or 503,
+// capped; tooManyBackoff for a bare 429; else 0.
+func (p *Client) retryAfter(resp *Response) time.Duration {
+	if resp == nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+		return 0
+	}
+	d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), p.now())
+	if !ok && resp.StatusCode == http.StatusTooManyRequests {
+		d = tooManyBackoff
+	}
+	return min(d, p.up.Protection.RetryAfterCap)
+}
+
+// sleep waits d, and reports false if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
