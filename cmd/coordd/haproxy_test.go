@@ -3,10 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -82,9 +79,9 @@ func TestBehindHAProxy(t *testing.T) {
 	hap := startProcess(t, "haproxy", nil, exec.Command(haproxyBin, "-db", "-f", hcfg))
 	// HAProxy starts its servers UP and logs no change while checks pass:
 	// poll its state until each server has passed the gRPC health check.
-	if err := awaitHAProxy(ctx, hap, sock, func(st map[string]serverStat) bool {
+	if err := awaitHAProxy(ctx, hap, sock, func(st map[string]haproxytest.Server) bool {
 		for i := range insts {
-			if s := st[fmt.Sprintf("coordd-%d", i+1)]; s.status != "UP" || s.check != "L7OK" {
+			if s := st[fmt.Sprintf("coordd-%d", i+1)]; s.Status != "UP" || s.Check != "L7OK" {
 				return false
 			}
 		}
@@ -231,12 +228,12 @@ func TestBehindHAProxy(t *testing.T) {
 	} else {
 		t.Logf("burst b: coordd-2 served %d calls while draining, the lead call included", served)
 	}
-	st, err := haproxyStats(sock)
+	st, err := haproxytest.Stats(sock, "coordd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{"coordd-1": "UP", "coordd-2": "DOWN", "coordd-3": "UP"} {
-		if got := st[name].status; got != want {
+		if got := st[name].Status; got != want {
 			t.Errorf("HAProxy: %s is %s; want %s", name, got, want)
 		}
 	}
@@ -304,49 +301,12 @@ func haproxyConfig(t *testing.T, front, sock string, addrs []string) string {
 	return strings.Join(out, "\n") + "\n"
 }
 
-// serverStat is a server's state in HAProxy's `show stat`.
-type serverStat struct{ status, check string }
-
-// haproxyStats returns the state of backend coordd's servers, by name,
-// from HAProxy's stats socket.
-func haproxyStats(sock string) (map[string]serverStat, error) {
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return nil, err
-	}
-	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(b, []byte("# "))))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil || len(rows) == 0 {
-		return nil, fmt.Errorf("show stat: %q: %v", b, err)
-	}
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
-	}
-	st := map[string]serverStat{}
-	for _, row := range rows[1:] {
-		if len(row) > col["check_status"] && row[col["pxname"]] == "coordd" {
-			st[row[col["svname"]]] = serverStat{row[col["status"]], row[col["check_status"]]}
-		}
-	}
-	return st, nil
-}
-
 // awaitHAProxy polls HAProxy's stats until ok holds, HAProxy exits or ctx
 // ends.
-func awaitHAProxy(ctx context.Context, hap *process, sock string, ok func(map[string]serverStat) bool) error {
+func awaitHAProxy(ctx context.Context, hap *process, sock string, ok func(map[string]haproxytest.Server) bool) error {
 	var last error
 	for {
-		st, err := haproxyStats(sock)
+		st, err := haproxytest.Stats(sock, "coordd")
 		if err == nil && ok(st) {
 			return nil
 		}

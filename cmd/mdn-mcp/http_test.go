@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -203,10 +201,10 @@ func haproxyHTTP(t *testing.T, addrs []string) balancer {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		st, err := haproxyStats(sock, "mdn-mcp")
+		st, err := haproxytest.Stats(sock, "mdn-mcp")
 		up := 0
 		for _, s := range st {
-			if s.status == "UP" && s.check == "L7OK" {
+			if s.Status == "UP" && s.Check == "L7OK" {
 				up++
 			}
 		}
@@ -302,47 +300,6 @@ func mcpHAProxyConfig(t *testing.T, front, sock string, addrs []string) string {
 		t.Fatalf("deploy/haproxy/mcp.cfg: %d binds in frontend mcp, %d default-server and %d server lines in backend mdn-mcp; want 1, 1, 1 or more", binds, defaults, servers)
 	}
 	return strings.Join(out, "\n") + "\n"
-}
-
-// serverStat is a server's state in HAProxy's `show stat`.
-type serverStat struct {
-	status, check string
-	requests      int // stot: requests sent to it
-}
-
-// haproxyStats returns the state of the backend's servers, by name.
-func haproxyStats(sock, backend string) (map[string]serverStat, error) {
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "show stat\n"); err != nil {
-		return nil, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return nil, err
-	}
-	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(b, []byte("# "))))
-	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil || len(rows) == 0 {
-		return nil, fmt.Errorf("show stat: %q: %v", b, err)
-	}
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
-	}
-	st := map[string]serverStat{}
-	for _, row := range rows[1:] {
-		if len(row) > col["check_status"] && row[col["pxname"]] == backend && row[col["svname"]] != "BACKEND" {
-			var n int
-			fmt.Sscan(row[col["stot"]], &n)
-			st[row[col["svname"]]] = serverStat{row[col["status"]], row[col["check_status"]], n}
-		}
-	}
-	return st, nil
 }
 
 func freeAddr(t *testing.T) string {
@@ -485,13 +442,13 @@ func TestFleetBehindHAProxy(t *testing.T) {
 			}
 			// Round robin, no affinity: every replica answered some of
 			// the clients' requests (initialize, tools/call, ...).
-			st, err := haproxyStats(lb.sock, "mdn-mcp")
+			st, err := haproxytest.Stats(lb.sock, "mdn-mcp")
 			if err != nil {
 				t.Fatal(err)
 			}
 			for name, s := range st {
-				t.Logf("%s: %d requests", name, s.requests)
-				if s.requests == 0 {
+				t.Logf("%s: %d requests", name, s.Requests)
+				if s.Requests == 0 {
 					t.Errorf("%s served no request; want round robin over every replica", name)
 				}
 			}

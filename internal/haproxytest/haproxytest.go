@@ -4,6 +4,11 @@
 package haproxytest
 
 import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"net"
 	"os/exec"
 	"testing"
 )
@@ -38,4 +43,47 @@ func lookup(t testing.TB) string {
 	}
 	t.Fatalf("haproxytest: haproxy not found on PATH nor in %v; install it with `sudo apt-get install -y haproxy` (macOS: `brew install haproxy`), or run `make deps`, which installs it", sbinDirs)
 	return ""
+}
+
+// Server is one server's state in HAProxy's `show stat`.
+type Server struct {
+	Status   string // UP, DOWN, MAINT…
+	Check    string // the last check's status: L7OK, L4CON…
+	Requests int    // stot: requests sent to it
+}
+
+// Stats returns the state of backend's servers, by name, from HAProxy's
+// stats socket sock (a `stats socket` in the configuration).
+func Stats(sock, backend string) (map[string]Server, error) {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "show stat\n"); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(b, []byte("# "))))
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) == 0 {
+		return nil, fmt.Errorf("show stat: %q: %v", b, err)
+	}
+	col := map[string]int{}
+	for i, name := range rows[0] {
+		col[name] = i
+	}
+	st := map[string]Server{}
+	for _, row := range rows[1:] {
+		if len(row) > col["check_status"] && row[col["pxname"]] == backend && row[col["svname"]] != "BACKEND" {
+			s := Server{Status: row[col["status"]], Check: row[col["check_status"]]}
+			fmt.Sscan(row[col["stot"]], &s.Requests)
+			st[row[col["svname"]]] = s
+		}
+	}
+	return st, nil
 }
