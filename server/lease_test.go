@@ -39,6 +39,22 @@ func gets(ctx context.Context, clients []coorddv1.CoordinatorServiceClient, call
 	return out
 }
 
+// leadAndFollow makes one call of path on instance 0, which leads, the
+// upstream holding its answer (set by the caller), then callers calls on
+// every other instance, and returns once they all follow it: the leader's
+// and the followers' outcomes, as gets yields them.
+func (fl *replayFleet) leadAndFollow(t testing.TB, ctx context.Context, path string, callers int) (leader, followers <-chan error) {
+	t.Helper()
+	url, want := fl.up.URL()+path, fl.up.Body(path)
+	leader = gets(ctx, fl.clients[:1], 1, url, want)
+	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
+		t.Fatal(err)
+	}
+	followers = gets(ctx, fl.clients[1:], callers, url, want)
+	fl.waitFollowing(t, callers)
+	return leader, followers
+}
+
 // TestSlowHolderKeepsFollowersPushed: a fetch outlasts the lease many
 // times over (a 300ms lease, extended until the leader's watchdog has
 // renewed it 6 times, one of them with its reply lost with its
@@ -49,18 +65,12 @@ func gets(ctx context.Context, clients []coorddv1.CoordinatorServiceClient, call
 func TestSlowHolderKeepsFollowersPushed(t *testing.T) {
 	fl := startReplayFleet(t, 3, slowLease, func(c *coordinator.Config) { c.LockTTL = 300 * time.Millisecond })
 	const path = "/slow-holder"
-	url := fl.up.URL() + path
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release})
-	leader := gets(ctx, fl.clients[:1], 1, url, fl.up.Body(path))
-	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
-		t.Fatal(err)
-	}
 	const callers = 5
-	followers := gets(ctx, fl.clients[1:], callers, url, fl.up.Body(path))
-	fl.waitFollowing(t, callers)
+	leader, followers := fl.leadAndFollow(t, ctx, path, callers)
 	dropped := fl.proxy.DropNext(path + "}:lock") // the watchdog's next extension
 	<-dropped
 	base := extensions(t, fl.instances[0])
@@ -89,18 +99,12 @@ func TestSlowHolderKeepsFollowersPushed(t *testing.T) {
 func TestRedisStallsKeepLease(t *testing.T) {
 	fl := startReplayFleet(t, 3, func(c *coordinator.Config) { c.RedisTimeout = 2 * time.Second })
 	const path = "/stalls"
-	url := fl.up.URL() + path
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release})
-	leader := gets(ctx, fl.clients[:1], 1, url, fl.up.Body(path))
-	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
-		t.Fatal(err)
-	}
 	const callers = 5
-	followers := gets(ctx, fl.clients[1:], callers, url, fl.up.Body(path))
-	fl.waitFollowing(t, callers)
+	leader, followers := fl.leadAndFollow(t, ctx, path, callers)
 	for range 3 {
 		fl.rs.Pause()
 		time.Sleep(500 * time.Millisecond) // the stall's length is what is tested
@@ -137,19 +141,13 @@ func cutOff(t testing.TB, lockTTL time.Duration) time.Duration {
 		c.Upstreams[0].Timeout = time.Minute    // instance 0's fetch outlasts the measure, without a retry
 	})
 	const path = "/cut-off"
-	url := fl.up.URL() + path
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	release := make(chan struct{})
 	defer close(release)
 	fl.up.SetSequence(path, []fakeupstream.Behavior{{Block: release}, {}})
-	_ = gets(ctx, fl.clients[:1], 1, url, fl.up.Body(path))
-	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
-		t.Fatal(err)
-	}
 	const callers = 5
-	followers := gets(ctx, fl.clients[1:], callers, url, fl.up.Body(path))
-	fl.waitFollowing(t, callers)
+	_, followers := fl.leadAndFollow(t, ctx, path, callers)
 	fl.proxy.Cut(true)
 	defer fl.proxy.Cut(false)
 	cut := time.Now()

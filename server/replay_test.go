@@ -232,23 +232,7 @@ func TestLandReplyLostWithConnection(t *testing.T) {
 	// answer comes after the landing and its replay.
 	fl.up.Set(path, fakeupstream.Behavior{Block: release}.WithHeader("Cache-Control", "no-cache"))
 	dropped := fl.proxy.DropNext(path+"}:lock", path+"}:gen")
-	leader := make(chan error, 1)
-	go func() {
-		_, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: url})
-		leader <- err
-	}()
-	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
-		t.Fatal(err)
-	}
-	follower := make(chan error, 1)
-	go func() {
-		d, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url})
-		if err == nil && !bytes.Equal(d.Body, fl.up.Body(path)) {
-			err = errShape("follower: wrong body")
-		}
-		follower <- err
-	}()
-	fl.waitFollowing(t, 1)
+	leader, follower := fl.leadAndFollow(t, ctx, path, 1)
 	close(release)
 	<-dropped
 	if err := <-leader; err != nil {
@@ -293,20 +277,7 @@ func TestHandOffReplyLostWithConnection(t *testing.T) {
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release, Status: 503})
 	dropped := fl.proxy.DropNext(path+"}:lock", "coordd:events")
-	leader := make(chan error, 1)
-	go func() {
-		_, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: url})
-		leader <- err
-	}()
-	if err := fl.up.WaitCount(ctx, path, 1); err != nil {
-		t.Fatal(err)
-	}
-	follower := make(chan error, 1)
-	go func() {
-		_, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url})
-		follower <- err
-	}()
-	fl.waitFollowing(t, 1)
+	leader, follower := fl.leadAndFollow(t, ctx, path, 1)
 	close(release)
 	<-dropped
 	if err := <-leader; status.Code(err) != codes.Unavailable {
