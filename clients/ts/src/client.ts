@@ -101,16 +101,17 @@ export interface RetryOptions {
   maxDelayMs?: number;
 }
 
-/** TLSOptions configure TLS to coordd: PEM strings or buffers, as node:tls
- * takes them. */
+/** TLSOptions configure TLS to coordd: PEM strings or bytes (a Buffer is
+ * a Uint8Array). Typed as Uint8Array rather than Buffer so that the
+ * package's types need no @types/node. */
 export interface TLSOptions {
   /** ca replaces the system's roots: the CAs that sign coordd's
    * certificate. */
-  ca?: string | Buffer;
+  ca?: string | Uint8Array;
   /** cert and key are a client certificate, for a coordd that requires
    * one (mutual TLS). */
-  cert?: string | Buffer;
-  key?: string | Buffer;
+  cert?: string | Uint8Array;
+  key?: string | Uint8Array;
   /** servername is the name coordd's certificate must carry. Default: the
    * address's host. */
   servername?: string;
@@ -182,7 +183,12 @@ export class CoorddClient {
     const scheme = opts.tls ? "https" : "http";
     const baseUrl = /^https?:\/\//.test(addr) ? addr : `${scheme}://${addr}`;
     const tls = typeof opts.tls === "object" ? opts.tls : {};
-    this.session = new Http2SessionManager(baseUrl, undefined, tls);
+    this.session = new Http2SessionManager(baseUrl, undefined, {
+      ...tls,
+      ca: pem(tls.ca),
+      cert: pem(tls.cert),
+      key: pem(tls.key),
+    });
     const interceptors: Interceptor[] = [];
     if (opts.token) {
       const authorization = `Bearer ${opts.token}`;
@@ -308,6 +314,13 @@ export class CoorddClient {
   close(): void {
     this.session.abort();
   }
+}
+
+// pem hands node:tls, whose types want a Buffer, a string or a view of the
+// same bytes (no copy).
+function pem(v: string | Uint8Array | undefined): string | Buffer | undefined {
+  if (v === undefined || typeof v === "string" || Buffer.isBuffer(v)) return v;
+  return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 }
 
 function retryable(code: Code): boolean {
