@@ -180,7 +180,7 @@ DIST_DIR ?= $(CURDIR)/dist
 DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST_CMDS := coordd mdn-mcp
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-DIST_LDFLAGS := -s -w -X $(VERSION_PKG).Version=$(VERSION)
+DIST_LDFLAGS = -s -w -X $(VERSION_PKG).Version=$(VERSION)
 dist:
 	@case "$(VERSION)" in ""|*[!A-Za-z0-9._+-]*) echo "error: VERSION '$(VERSION)' must be letters, digits and . _ + - (it names files)" >&2; exit 1;; esac
 	@# Only what an earlier run left: DIST_DIR may be any directory.
