@@ -49,6 +49,7 @@ type Coordinator struct {
 	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
 	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
 	ownTransport     *http.Transport // the transport New made, closed by Close
+	stats            statusCounters  // for Status (status.go)
 }
 
 // Options are the optional dependencies of New.
@@ -213,7 +214,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		report = func(Progress) {}
 	}
 	now := c.cfg.Now()
-	defer func() { c.observeGet(now, res, err) }()
+	defer func() { c.observeGet(t, now, res, err) }()
 	var notBefore time.Time // copies fetched before it are too old for this call
 	if opt.MaxAge > 0 {
 		notBefore = now.Add(-max(opt.MaxAge, c.cfg.MaxAgeFloor))
@@ -253,6 +254,8 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 // wait waits for f on behalf of one caller. again asks the caller to join
 // a new flight, because f's copy is older than the caller accepts.
 func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*document.Document) bool, report func(Progress)) (res *Result, err error, again bool) {
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
 	seen := 0
 	for {
 		s := f.snapshot(seen)
@@ -295,6 +298,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.started = c.cfg.Now()
 	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
@@ -543,6 +547,7 @@ func (c *Coordinator) lead(f *flight, l *store.Lease, stale *Result) (*Result, e
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
+	c.stats.fetched(t.tenant, c.cfg.Now())
 	resp, err := c.clients[up.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
