@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
+	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener (default: off)")
 	httpListen := fs.String("http-listen", "", "serve the HTTP door (GET /v1/documents, POST /v1/invalidate) at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
@@ -108,6 +109,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	if *httpListen != "" {
 		fc.HTTPListen = *httpListen
+	}
+	if *pprofOn {
+		fc.Pprof = true
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
@@ -148,7 +152,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	ms, err := listenMetrics(fc.MetricsListen)
+	ms, err := listenMetrics(fc)
 	if err != nil {
 		return err
 	}
@@ -176,7 +180,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(grpcOpts, ms.grpcOptions()...)...)
-	ms.serve(c, g.Server, log)
+	ms.serve(c, g.Server, lis.Addr().String(), log)
 	door, err := listenHTTP(fc.HTTPListen, ms.instrumentHTTP(g.HTTPHandler()), httpTLS)
 	if err != nil {
 		_ = lis.Close()
