@@ -165,4 +165,22 @@ func TestStatusSharedGuard(t *testing.T) {
 	if g := s.Upstreams[0].Guard; g.Scope != "instance" || g.Breaker != "closed" {
 		t.Errorf("guard with redis down = %+v; want the instance's own, closed", g)
 	}
+
+	// A flight with Redis down coordinates in-process: degraded, and
+	// nobody elsewhere can follow it.
+	release := make(chan struct{})
+	up.Set("/held", fakeupstream.Behavior{Block: release})
+	done := make(chan error, 1)
+	go func() {
+		_, err := get(t, context.Background(), c, up.URL()+"/held")
+		done <- err
+	}()
+	s = waitStatus(t, c, func(s coordinator.Status) bool { return len(s.Flights) == 1 && s.Flights[0].Stage == "fetching" })
+	if f := s.Flights[0]; f.Role != "degraded" || f.FollowersElsewhere != 0 || f.Waiters != 1 {
+		t.Errorf("flight with redis down = %+v; want degraded, 0 followers elsewhere, 1 waiter", f)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Errorf("get with redis down: %v", err)
+	}
 }
