@@ -97,7 +97,7 @@ func TestStatusPageBrowser(t *testing.T) {
 		_, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": auth}})
 		return chromedp.Void{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute) // starting Chromium included
 	defer cancel()
 	if err := chromedp.Do(wctx, setAuth, chromedp.Navigate("http://"+f.metrics[0]+statuspage.PagePath),
 		chromedp.WaitVisible(`//table[@id="flights"]//td[contains(., "no flight in progress")]`)); err != nil {
