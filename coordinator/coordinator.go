@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/coordinator/document"
 	"github.com/coordd/coordd/coordinator/l1"
@@ -33,6 +34,7 @@ type Coordinator struct {
 	store   *store.Redis // nil in single-node mode
 	clients map[string]*upstream.Client
 	m       Metrics
+	tr      tracer // off without Options.TracerProvider
 
 	mu      sync.Mutex // protects flights
 	flights map[string]*flight
@@ -65,6 +67,10 @@ type Options struct {
 	OnRedisHealth func(up bool)
 	// Metrics observes the Coordinator. Default: NopMetrics.
 	Metrics Metrics
+	// TracerProvider traces flights, lock attempts, upstream fetches and
+	// landings (see trace.go for the span names). Default (nil): no
+	// tracing, and no tracing work on any path.
+	TracerProvider trace.TracerProvider
 }
 
 // New returns a running Coordinator. It fails only on a bad Config; an
@@ -92,6 +98,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		l1:      cache,
 		clients: make(map[string]*upstream.Client),
 		m:       orNop(opt.Metrics),
+		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
 		cooling: make(map[string]time.Time),
 		genTTL:  life + cfg.LockTTL + time.Hour,
@@ -238,6 +245,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		f, created := c.join(ctx, t, seed, notBefore)
 		if !created {
 			c.m.Follower("local")
+			f.tr.joined(ctx)
 			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 		}
 		res, err, again := c.wait(ctx, f, opt.NoStale, recent, report)
@@ -295,6 +303,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.tr.start(c.tr, ctx, t)
 	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
@@ -323,6 +332,7 @@ func (c *Coordinator) run(f *flight) {
 		}
 		c.leave(f)
 		f.finish(res, err)
+		f.tr.end(res, err)
 	}()
 	res, err = c.fill(f)
 	finished = true
@@ -375,7 +385,9 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			return c.lead(f, nil, stale)
 		}
 		w := r.Register(t.id)
+		lt := f.tr.lock(c.ctx)
 		l, h, err := r.TryLock(c.ctx, t.id, c.cfg.LockTTL)
+		lt.end(l, h, err)
 		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
 			// When Redis did not answer, l is the lease we may hold: its
@@ -444,6 +456,7 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 	for {
 		select {
 		case ev := <-w.Events():
+			f.tr.event(ev, holder)
 			switch ev.Type {
 			case store.EventDone:
 				d, enc, cached := r.Landed(c.ctx, ev)
@@ -543,9 +556,11 @@ func (c *Coordinator) lead(f *flight, l *store.Lease, stale *Result) (*Result, e
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
-	resp, err := c.clients[up.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
+	fctx, ft := f.tr.fetch(c.ctx, l)
+	resp, err := c.clients[up.Name].Fetch(fctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
+	ft.end(resp, err)
 	if err == nil {
 		var d *document.Document
 		var cache bool
@@ -635,7 +650,9 @@ func (c *Coordinator) landRemote(f *flight, l *store.Lease, d *document.Document
 	if r == nil || (l == nil && f.gen == store.UnknownGen) {
 		return // nothing to fence the write with, and nobody waits on us
 	}
+	lt := f.tr.land(c.ctx, cache)
 	landed, err := r.Land(l, f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
+	lt.end(landed, err)
 	if !landed {
 		if err != nil {
 			f.log.Warn("storing in redis failed; followers re-check", "err", err)

@@ -23,6 +23,7 @@ type flight struct {
 	// (store.UnknownGen: unknown), which fences the landing against
 	// Invalidate. Set by fill.
 	gen string
+	tr  flightTrace // its span, when tracing (trace.go)
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age
