@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/coordinator/document"
 	"github.com/coordd/coordd/coordinator/l1"
@@ -33,6 +34,7 @@ type Coordinator struct {
 	store   *store.Redis // nil in single-node mode
 	clients map[string]*upstream.Client
 	m       Metrics
+	tr      tracer // off without Options.TracerProvider
 
 	mu      sync.Mutex // protects flights
 	flights map[string]*flight
@@ -65,6 +67,10 @@ type Options struct {
 	OnRedisHealth func(up bool)
 	// Metrics observes the Coordinator. Default: NopMetrics.
 	Metrics Metrics
+	// TracerProvider traces flights, lock attempts, upstream fetches and
+	// landings (see trace.go for the span names). Default (nil): no
+	// tracing, and no tracing work on any path.
+	TracerProvider trace.TracerProvider
 }
 
 // New returns a running Coordinator. It fails only on a bad Config; an
@@ -92,6 +98,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		l1:      cache,
 		clients: make(map[string]*upstream.Client),
 		m:       orNop(opt.Metrics),
+		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
 		cooling: make(map[string]time.Time),
 		genTTL:  life + cfg.LockTTL + time.Hour,
@@ -238,6 +245,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		f, created := c.join(ctx, t, seed, notBefore)
 		if !created {
 			c.m.Follower("local")
+			f.tr.joined(ctx)
 			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 		}
 		next, res, err := c.wait(ctx, f, opt.NoStale, recent, report)
@@ -309,6 +317,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.tr.start(c.tr, ctx, t)
 	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
@@ -339,6 +348,7 @@ func (c *Coordinator) run(f *flight) {
 		// A no-op when lead answered this instance's callers before
 		// landing (answerEarly): the first finish wins.
 		f.finish(res, err)
+		f.tr.end(res, err)
 	}()
 	res, err = c.fill(f)
 	finished = true
@@ -390,7 +400,9 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 			return c.lead(f, nil)
 		}
 		w := r.Register(t.id)
+		lt := f.tr.lock(c.ctx)
 		l, h, err := r.TryLock(c.ctx, t.id, c.cfg.LockTTL)
+		lt.end(l, h, err)
 		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
 			// When Redis did not answer, l is the lease we may hold: its
@@ -461,6 +473,7 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, 
 	for {
 		select {
 		case ev := <-w.Events():
+			f.tr.event(ev, holder)
 			switch ev.Type {
 			case store.EventDone:
 				d, enc, cached := r.Landed(c.ctx, ev)
@@ -547,7 +560,7 @@ func (c *Coordinator) lead(f *flight, l *store.Lease) (*Result, error) {
 			return res, nil
 		}
 	}
-	d, cache, err := c.fetch(f)
+	d, cache, err := c.fetch(f, l)
 	if err != nil {
 		return c.failed(f, l, err)
 	}
@@ -568,10 +581,10 @@ func (c *Coordinator) recheck(f *flight, l *store.Lease) *Result {
 	return nil
 }
 
-// fetch asks f's upstream through its guard, conditionally when f has a
-// 2xx fallback, and turns the answer into a Document that may be cached
-// or not.
-func (c *Coordinator) fetch(f *flight) (*document.Document, bool, error) {
+// fetch asks f's upstream through its guard under lease l (whose events
+// carry the fetch's span), conditionally when f has a 2xx fallback, and
+// turns the answer into a Document that may be cached or not.
+func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
 	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass()}
@@ -579,9 +592,11 @@ func (c *Coordinator) fetch(f *flight) (*document.Document, bool, error) {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
-	resp, err := c.clients[t.upstream.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
+	fctx, ft := f.tr.fetch(c.ctx, l)
+	resp, err := c.clients[t.upstream.Name].Fetch(fctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
+	ft.end(resp, err)
 	if err != nil {
 		return nil, false, err
 	}
@@ -687,7 +702,9 @@ func (c *Coordinator) landRemote(f *flight, l *store.Lease, d *document.Document
 	if r == nil || (l == nil && f.gen == store.UnknownGen) {
 		return // nothing to fence the write with, and nobody waits on us
 	}
+	lt := f.tr.land(c.ctx, cache)
 	landed, err := r.Land(l, f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
+	lt.end(landed, err)
 	if !landed {
 		if err != nil {
 			f.log.Warn("storing in redis failed; followers re-check", "err", err)

@@ -50,6 +50,7 @@
 //	errors.go       sentinel errors
 //	metrics.go      the Metrics interface and status accessors
 //	config.go       Config, its defaults and validation
+//	trace.go        OpenTelemetry spans of flights, locks, fetches and landings (Options.TracerProvider)
 //
 // and the packages it composes, each knowing nothing of flights:
 //

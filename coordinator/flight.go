@@ -28,6 +28,7 @@ type flight struct {
 	// upstream error (stale-if-error), and revalidated by a conditional
 	// fetch. Only the fill's goroutine touches it.
 	fallback *Result
+	tr       flightTrace // its span, when tracing (trace.go)
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age
