@@ -24,6 +24,12 @@ type flight struct {
 	// (store.UnknownGen: unknown), which fences the landing against
 	// Invalidate. Set by fill.
 	gen string
+	// fallback is the newest usable copy the fill has found (L1's seed,
+	// or L2's): offered to callers that accept stale, answered with an
+	// upstream error (stale-if-error), and revalidated by a conditional
+	// fetch. Only the fill's goroutine touches it.
+	fallback *Result
+	tr       flightTrace // its span, when tracing (trace.go)
 	// started is when join started the flight (Config.Now); waiters counts
 	// the callers in wait for it. Both for Status only.
 	started time.Time

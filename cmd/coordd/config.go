@@ -47,6 +47,8 @@ type fileConfig struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
 	// listener. Default: false.
 	Pprof bool `yaml:"pprof"`
+	// Tracing exports OpenTelemetry traces (tracing.go). Default: off.
+	Tracing tracingConfig `yaml:"tracing"`
 
 	securityConfig `yaml:",inline"`
 }
