@@ -46,9 +46,7 @@ type Coordinator struct {
 	cooling map[string]time.Time // id → end of its refresh cooldown
 	genTTL  time.Duration        // lifetime of a generation key: longer than any fill
 
-	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
-	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
-	ownTransport     *http.Transport // the transport New made, closed by Close
+	ownTransport *http.Transport // the transport New made, closed by Close
 }
 
 // Options are the optional dependencies of New.
@@ -151,30 +149,6 @@ func (c *Coordinator) Close() error {
 		c.ownTransport.CloseIdleConnections()
 	}
 	return c.l1.Close()
-}
-
-// UpstreamRequests returns how many upstream fetches this instance started.
-func (c *Coordinator) UpstreamRequests() int64 { return c.upstreamRequests.Load() }
-
-// TimerWakeups returns how many times a follower on this instance re-checked
-// because the lock lease ran out rather than because it was pushed an
-// event. Without a dead lock holder or a broken subscription it stays 0:
-// every wakeup is a push.
-func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
-
-// RedisDowns returns how many times this instance marked Redis down.
-func (c *Coordinator) RedisDowns() int64 {
-	if c.store == nil {
-		return 0
-	}
-	return c.store.Downs()
-}
-
-// Flights returns how many flights this instance is running.
-func (c *Coordinator) Flights() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.flights)
 }
 
 // Now is the Coordinator's clock (Config.Now), by which documents' ages
@@ -302,6 +276,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		f.bypass = true // a caller's max_age refused a fresh copy
 	}
 	c.flights[t.flightKey()] = f
+	c.m.Flights(1)
 	c.wg.Add(1)
 	go c.run(f)
 	return f, true
@@ -333,6 +308,7 @@ func (c *Coordinator) leave(f *flight) {
 	c.mu.Lock()
 	if c.flights[f.t.flightKey()] == f {
 		delete(c.flights, f.t.flightKey())
+		c.m.Flights(-1)
 	}
 	c.mu.Unlock()
 }
@@ -501,7 +477,6 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 				}
 				continue
 			}
-			c.timerWakeups.Add(1)
 			c.m.TimerWakeup()
 			return nil, nil, true
 		case <-c.ctx.Done():
@@ -542,7 +517,7 @@ func (c *Coordinator) lead(f *flight, l *store.Lease, stale *Result) (*Result, e
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
-	c.upstreamRequests.Add(1)
+	c.m.Fetch(up.Name)
 	resp, err := c.clients[up.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
@@ -653,6 +628,7 @@ func (c *Coordinator) dropLocal(id string) {
 		if f.t.id == id {
 			f.invalidate()
 			delete(c.flights, k)
+			c.m.Flights(-1)
 		}
 	}
 	c.mu.Unlock()

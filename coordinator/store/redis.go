@@ -78,8 +78,7 @@ type Redis struct {
 	wg        sync.WaitGroup // the hub and the health watcher
 
 	up      atomic.Bool
-	downs   atomic.Int64 // up-to-down transitions
-	suspect chan error   // a failed operation; cap 1, read by watch
+	suspect chan error // a failed operation; cap 1, read by watch
 	hub     *hub
 	shards  []string                  // Redis Cluster: the shard channels (shard.go); nil: one channel
 	reload  func(ctx context.Context) // Redis Cluster: asks go-redis to reload its map of the slots; nil otherwise
@@ -104,9 +103,6 @@ func (r *Redis) channel() string          { return r.prefix + "events" }
 
 // Healthy reports whether Redis is believed up.
 func (r *Redis) Healthy() bool { return r.up.Load() }
-
-// Downs returns how many times Redis was marked down.
-func (r *Redis) Downs() int64 { return r.downs.Load() }
 
 // bytesPerSecond is the transfer rate assumed when a Redis operation's
 // timeout is scaled to the size of its value: a 10 MiB document gets
@@ -264,7 +260,6 @@ func (r *Redis) ping(ctx context.Context) error {
 // setDown marks Redis down; only watch (and start-up) calls it.
 func (r *Redis) setDown(err error) {
 	if r.up.CompareAndSwap(true, false) {
-		r.downs.Add(1)
 		r.log.Warn("redis unavailable; serving from L1 and coordinating in-process", "err", err)
 		r.m.RedisHealth(false)
 		if r.onChange != nil {
