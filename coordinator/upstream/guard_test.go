@@ -58,7 +58,7 @@ func (r redisTestGuard) record(a admission, o outcome, backoff time.Duration) {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // testStore returns a store over a fresh redis-server.
-func testStore(t *testing.T) *store.Redis {
+func testStore(t testing.TB) *store.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
