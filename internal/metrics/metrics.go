@@ -7,7 +7,7 @@
 // coordd binary (cmd/coordd) and its tests (internal/coorddtest), not part
 // of the gRPC service, and keeping Prometheus out of server/ and
 // coordinator/ leaves both usable without it. The metric names, listed in
-// README.md and used by deploy/, are the contract; the Go API is not.
+// docs/observability.md and used by deploy/, are the contract; the Go API is not.
 package metrics
 
 import (
