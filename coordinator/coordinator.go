@@ -48,10 +48,8 @@ type Coordinator struct {
 	cooling map[string]time.Time // id → end of its refresh cooldown
 	genTTL  time.Duration        // lifetime of a generation key: longer than any fill
 
-	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
-	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
-	ownTransport     *http.Transport // the transport New made, closed by Close
-	stats            statusCounters  // for Status (status.go)
+	ownTransport *http.Transport // the transport New made, closed by Close
+	stats        statusCounters  // for Status (status.go)
 }
 
 // Options are the optional dependencies of New.
@@ -159,30 +157,6 @@ func (c *Coordinator) Close() error {
 		c.ownTransport.CloseIdleConnections()
 	}
 	return c.l1.Close()
-}
-
-// UpstreamRequests returns how many upstream fetches this instance started.
-func (c *Coordinator) UpstreamRequests() int64 { return c.upstreamRequests.Load() }
-
-// TimerWakeups returns how many times a follower on this instance re-checked
-// because the lock lease ran out rather than because it was pushed an
-// event. Without a dead lock holder or a broken subscription it stays 0:
-// every wakeup is a push.
-func (c *Coordinator) TimerWakeups() int64 { return c.timerWakeups.Load() }
-
-// RedisDowns returns how many times this instance marked Redis down.
-func (c *Coordinator) RedisDowns() int64 {
-	if c.store == nil {
-		return 0
-	}
-	return c.store.Downs()
-}
-
-// Flights returns how many flights this instance is running.
-func (c *Coordinator) Flights() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.flights)
 }
 
 // Now is the Coordinator's clock (Config.Now), by which documents' ages
@@ -329,6 +303,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		f.bypass = true // a caller's max_age refused a fresh copy
 	}
 	c.flights[t.flightKey()] = f
+	c.m.Flights(1)
 	c.wg.Add(1)
 	go c.run(f)
 	return f, true
@@ -363,6 +338,7 @@ func (c *Coordinator) leave(f *flight) {
 	c.mu.Lock()
 	if c.flights[f.t.flightKey()] == f {
 		delete(c.flights, f.t.flightKey())
+		c.m.Flights(-1)
 	}
 	c.mu.Unlock()
 }
@@ -535,7 +511,6 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, 
 				}
 				continue
 			}
-			c.timerWakeups.Add(1)
 			c.m.TimerWakeup()
 			return relock, nil, nil
 		case <-c.ctx.Done():
@@ -595,7 +570,7 @@ func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
-	c.upstreamRequests.Add(1)
+	c.m.Fetch(t.upstream.Name)
 	c.stats.fetched(t.tenant, c.cfg.Now())
 	fctx, ft := f.tr.fetch(c.ctx, l)
 	resp, err := c.clients[t.upstream.Name].Fetch(fctx, fr, func(e upstream.Event) {
@@ -727,6 +702,7 @@ func (c *Coordinator) dropLocal(id string) {
 		if f.t.id == id {
 			f.invalidate()
 			delete(c.flights, k)
+			c.m.Flights(-1)
 		}
 	}
 	c.mu.Unlock()

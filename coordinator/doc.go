@@ -43,9 +43,9 @@
 //
 //	coordinator.go  Coordinator, New, Get, wait, join, run, fill, follow, lead, Invalidate
 //	flight.go       one fill of one key in this instance, and its callers
-//	target.go       Target, Resolve: validated urls and keys
+//	target.go       Target, Resolve: validated urls and keys, flight keys,
+//	                and which document serves which target
 //	scope.go        tenants and the upstreams they may use
-//	key.go          flight keys, and which document serves which target
 //	progress.go     Progress, Role, Stage, Source, Result
 //	errors.go       sentinel errors
 //	metrics.go      the Metrics interface and status accessors

@@ -14,7 +14,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 )
 
-// fileConfig is coordd's YAML configuration. See README.md for each field.
+// fileConfig is coordd's YAML configuration. See docs/configuration.md for each field.
 type fileConfig struct {
 	Listen        string          `yaml:"listen"`
 	Redis         string          `yaml:"redis"`

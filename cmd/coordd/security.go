@@ -19,7 +19,7 @@ import (
 )
 
 // securityConfig holds who may call coordd, and how it talks TLS, inline
-// in fileConfig. README.md ("Security") documents each field. No field
+// in fileConfig. docs/configuration.md ("Security") documents each field. No field
 // holds a secret that is logged: token values and passwords are read from
 // the environment or from files, and error messages name the field, never
 // the value.

@@ -32,7 +32,7 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 	var n int64
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
-	err = r.always(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
+	err = r.evenIfDown(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
 		n, err = r.runOnce(ctx, landScript, r.docKey(id),
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
 			l.Token(), gen, enc, ttl.Milliseconds(), channel, msg).Int64()
@@ -67,7 +67,7 @@ func (l *Lease) HandOff(ev Event) {
 	defer cancel()
 	payload := ev.encode()
 	channel, msg := r.scriptPublish(payload)
-	_ = r.always(ctx, 0, func(ctx context.Context) error {
+	_ = r.evenIfDown(ctx, 0, func(ctx context.Context) error {
 		if err := r.runOnce(ctx, handOffScript, l.lockKey(), []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func (r *Redis) Invalidate(ctx context.Context, id string, genTTL time.Duration)
 	var n int64
 	payload := Event{Type: EventInval, Key: id}.encode()
 	channel, msg := r.scriptPublish(payload)
-	err = r.op(ctx, func(ctx context.Context) (err error) {
+	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
 		n, err = r.runOnce(ctx, invalidateScript, r.docKey(id), []string{r.docKey(id), r.lockKey(id), r.genKey(id)},
 			channel, msg, genTTL.Milliseconds()).Int64()
 		if err == nil {

@@ -53,7 +53,7 @@ type GuardState struct {
 // Redis's). It fails fast while Redis is down.
 func (r *Redis) GuardState(ctx context.Context, upstream string, now time.Time) (GuardState, error) {
 	var res []any
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		res, err = guardStateScript.Run(ctx, r.rdb, []string{r.guardKey(upstream)}, clock(now)).Slice()
 		return err
 	})

@@ -303,8 +303,8 @@ func (p *Client) bound(ctx context.Context, fr FetchRequest) time.Duration {
 		// At most the next slot: never queue behind others, so that cold
 		// misses wait for one such fetch at most.
 		b = 0
-		if rl := p.up.Protection.RateLimit; rl > 0 {
-			b = min(p.up.Protection.MaxWait, slotInterval(rl))
+		if rate := p.up.Protection.RateLimit; rate > 0 {
+			b = min(p.up.Protection.MaxWait, slotInterval(rate))
 		}
 	}
 	return max(b, 0)

@@ -84,7 +84,7 @@ func (g *localGuard) status() Status {
 	if g.br.state == breakerOpen {
 		s.NextProbe = max(g.br.until.Sub(now), 0)
 	}
-	s.slots(g.rl.interval, g.rl.tau, g.rl.tat.Sub(now), max(g.rl.backoff.Sub(now), 0))
+	s.slots(g.limit.interval, g.limit.tau, g.limit.tat.Sub(now), max(g.limit.backoff.Sub(now), 0))
 	return s
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/metrics"
 	"github.com/coordd/coordd/server"
 )
@@ -29,8 +30,12 @@ import (
 type Instance struct {
 	Addr        string
 	Coordinator *coordinator.Coordinator
-	GRPC        *server.GRPC
-	Redis       *redis.Client // from Options.RedisURL; nil otherwise
+	// Metrics records the coordinator's events that tests count (fetches
+	// started, timer wakeups, Redis downs, running flights); with
+	// Options.Metrics it passes them on to the Prometheus registry.
+	Metrics *coordtest.Recorder
+	GRPC    *server.GRPC
+	Redis   *redis.Client // from Options.RedisURL; nil otherwise
 	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
 	// with Options.Metrics; else empty.
 	MetricsURL string
@@ -126,11 +131,13 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var reg *metrics.Registry
 	var grpcOpts []grpc.ServerOption
+	in.Metrics = coordtest.NewRecorder(nil)
 	if o.Metrics {
 		reg = metrics.New()
-		opts.Metrics = reg
+		in.Metrics = coordtest.NewRecorder(reg)
 		grpcOpts = reg.ServerOptions()
 	}
+	opts.Metrics = in.Metrics
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
 		t.Fatalf("coorddtest: coordinator.New: %v", err)
