@@ -31,6 +31,9 @@ type Metrics interface {
 	// Document's FetchedAt, by the clock of the instance that fetched it)
 	// to Get's return, which the caller's metadata follows at once.
 	FollowerLag(d time.Duration)
+	// Fetch counts an upstream fetch this instance started, as a flight's
+	// leader; its HTTP attempts are counted by UpstreamRequest.
+	Fetch(upstream string)
 	// UpstreamRequest counts one HTTP attempt to upstream (retries
 	// included) by the status code answered; 0 when none was (network
 	// error, timeout, body too large).
@@ -69,6 +72,10 @@ type Metrics interface {
 	// RedisHealth counts a change of Redis's health: found down (false)
 	// or back (true).
 	RedisHealth(up bool)
+	// Flights observes a change in the number of flights this instance
+	// runs: +1 when one starts, -1 when it ends or an Invalidate detaches
+	// it (it then runs on unseen, and takes no new callers).
+	Flights(delta int)
 }
 
 // NopMetrics is a Metrics that does nothing: the default.
@@ -77,6 +84,7 @@ type NopMetrics struct{}
 func (NopMetrics) Request(string)                      {}
 func (NopMetrics) Follower(string)                     {}
 func (NopMetrics) FollowerLag(time.Duration)           {}
+func (NopMetrics) Fetch(string)                        {}
 func (NopMetrics) UpstreamRequest(string, int)         {}
 func (NopMetrics) Retry(string)                        {}
 func (NopMetrics) BreakerTransition(_, _, _, _ string) {}
@@ -88,6 +96,7 @@ func (NopMetrics) LockExtension(string)                {}
 func (NopMetrics) TimerWakeup()                        {}
 func (NopMetrics) RedisError(string)                   {}
 func (NopMetrics) RedisHealth(bool)                    {}
+func (NopMetrics) Flights(int)                         {}
 
 // orNop returns m, or NopMetrics if m is nil.
 func orNop(m Metrics) Metrics {
@@ -97,8 +106,10 @@ func orNop(m Metrics) Metrics {
 	return m
 }
 
-// observeGet reports a Get that started at start and returned res, err.
-func (c *Coordinator) observeGet(start time.Time, res *Result, err error) {
+// observeGet reports a Get of t that started at start and returned res,
+// err.
+func (c *Coordinator) observeGet(t Target, start time.Time, res *Result, err error) {
+	c.stats.served(t.tenant, c.cfg.Now(), res, err)
 	switch {
 	case err != nil:
 		c.m.Request("error")

@@ -125,7 +125,7 @@ func TestAuthRefusals(t *testing.T) {
 	if got := env.up.Total(); got != 0 {
 		t.Errorf("upstream requests = %d; want 0 (refused before any I/O)", got)
 	}
-	if got := in.Coordinator.UpstreamRequests(); got != 0 {
+	if got := in.Metrics.Fetches(); got != 0 {
 		t.Errorf("coordinator upstream requests = %d; want 0", got)
 	}
 }

@@ -112,7 +112,7 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 		}
 	}
 	for i, in := range ins {
-		if n := in.Coordinator.TimerWakeups(); n != 0 {
+		if n := in.Metrics.TimerWakeups(); n != 0 {
 			t.Errorf("instance %d: %d followers woken by the lease timer; want every wakeup pushed", i, n)
 		}
 	}
@@ -467,7 +467,7 @@ func (fl *fleet) redisFailures(t *testing.T) (n float64) {
 
 func (fl *fleet) redisDowns() (n int64) {
 	for _, in := range fl.instances {
-		n += in.Coordinator.RedisDowns()
+		n += in.Metrics.RedisDowns()
 	}
 	return n
 }

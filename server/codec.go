@@ -68,13 +68,9 @@ const (
 	chunkDataField     = 1 // Chunk.data
 )
 
-// frames returns d's chunk frames, built on the first call for d and shared
-// by every later caller.
-func frames(d *coordinator.Document) []*frame {
-	return d.Memo(buildFrames).([]*frame)
-}
-
-func buildFrames(d *coordinator.Document) any {
+// buildFrames cuts d's body into chunk frames; frames (framecache.go)
+// calls it once per Document.
+func buildFrames(d *coordinator.Document) []*frame {
 	body := d.Body
 	n := (len(body) + ChunkSize - 1) / ChunkSize
 	fs := make([]*frame, n)

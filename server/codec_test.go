@@ -2,7 +2,10 @@ package server
 
 import (
 	"bytes"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -50,6 +53,40 @@ func TestFramesShareTheBody(t *testing.T) {
 	}
 }
 
+// TestFrameCacheForgetsCollectedDocuments: the cache builds a Document's
+// frames once for every caller, and holds them no longer than the
+// Document lives.
+func TestFrameCacheForgetsCollectedDocuments(t *testing.T) {
+	var c frameCache
+	d := &coordinator.Document{Body: make([]byte, 3*ChunkSize)}
+	fs := c.get(d)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if again := c.get(d); &again[0] != &fs[0] {
+				t.Error("frames rebuilt for the same document")
+			}
+		})
+	}
+	wg.Wait()
+	other := &coordinator.Document{Body: make([]byte, 1)}
+	if c.get(other); c.len() != 2 {
+		t.Fatalf("documents held = %d; want 2", c.len())
+	}
+	runtime.KeepAlive(d)
+	d, fs = nil, nil
+	// The cleanup runs after a GC finds d unreachable, on a goroutine of
+	// its own: collect until it has (a cleanup that never runs fails).
+	for deadline := time.Now().Add(10 * time.Second); c.len() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("documents held after d was collected = %d; want 1", c.len())
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	runtime.KeepAlive(other)
+}
+
 func TestEnumsShareNumbering(t *testing.T) {
 	roles := map[coordinator.Role]coorddv1.Role{
 		coordinator.RoleLeader: coorddv1.Role_ROLE_LEADER, coordinator.RoleFollower: coorddv1.Role_ROLE_FOLLOWER, coordinator.RoleHit: coorddv1.Role_ROLE_HIT,
@@ -73,4 +110,31 @@ func TestEnumsShareNumbering(t *testing.T) {
 	if len(stages) != len(coorddv1.Stage_name)-1 {
 		t.Errorf("proto has %d stages; the coordinator maps %d", len(coorddv1.Stage_name)-1, len(stages))
 	}
+}
+
+// BenchmarkFrames measures what a caller pays to find a document's frames:
+// hot, every caller of a document already framed (the fan-out's case);
+// first, the first caller of each new 1 MiB document, which builds them.
+func BenchmarkFrames(b *testing.B) {
+	body := make([]byte, 1<<20)
+	b.Run("hot", func(b *testing.B) {
+		d := &coordinator.Document{Body: body}
+		frames(d)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if len(frames(d)) != 16 {
+					b.Fatal("wrong frames")
+				}
+			}
+		})
+	})
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if len(frames(&coordinator.Document{Body: body})) != 16 {
+				b.Fatal("wrong frames")
+			}
+		}
+	})
 }

@@ -52,7 +52,7 @@ func (cl *cluster) url(path string) string { return cl.up.URL() + path }
 func (cl *cluster) checkPushOnly(t testing.TB) {
 	t.Helper()
 	for i, in := range cl.instances {
-		if n := in.Coordinator.TimerWakeups(); n != 0 {
+		if n := in.Metrics.TimerWakeups(); n != 0 {
 			t.Fatalf("instance %d: %d followers woken by the lease timer; want every wakeup pushed", i, n)
 		}
 	}
@@ -163,7 +163,7 @@ func TestStampedeAcrossInstances(t *testing.T) {
 	}
 	var fetched int64
 	for _, in := range cl.instances {
-		fetched += in.Coordinator.UpstreamRequests()
+		fetched += in.Metrics.Fetches()
 	}
 	if fetched != 1 {
 		t.Fatalf("instances started %d upstream fetches; want 1", fetched)

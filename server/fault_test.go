@@ -26,7 +26,7 @@ func fastRedis(c *coordinator.Config) {
 
 func totalFetches(cl *cluster) (n int64, per []int64) {
 	for _, in := range cl.instances {
-		k := in.Coordinator.UpstreamRequests()
+		k := in.Metrics.Fetches()
 		per = append(per, k)
 		n += k
 	}
@@ -325,7 +325,7 @@ func TestLeaderStoppedHandsOff(t *testing.T) {
 	if o.err != nil || !bytes.Equal(o.doc.Body, cl.up.Body("/deploy")) {
 		t.Fatalf("follower: %v", o.err)
 	}
-	if n := cl.instances[1].Coordinator.TimerWakeups(); n != 0 {
+	if n := cl.instances[1].Metrics.TimerWakeups(); n != 0 {
 		t.Fatalf("the follower waited for the lease (%d timer wakeups); want it told at once", n)
 	}
 	if got := cl.up.Count("/deploy"); got != 2 {

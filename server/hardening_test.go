@@ -24,7 +24,7 @@ import (
 // in flight, events are taken only from the leader waited for.
 
 // slowLease makes a lease long enough that a follower woken by its timer
-// instead of a push shows in TimerWakeups, and fails the test.
+// instead of a push shows in Metrics.TimerWakeups, and fails the test.
 func slowLease(c *coordinator.Config) {
 	c.LockTTL = 3 * time.Second
 	c.RedisTimeout = 300 * time.Millisecond
@@ -63,9 +63,9 @@ func TestFailedL2WriteWakesFollowers(t *testing.T) {
 	checkAll(t, out, cl.up.Body(path))
 	cl.checkPushOnly(t)
 	for i, in := range cl.instances {
-		if !in.Coordinator.RedisHealthy() || in.Coordinator.RedisDowns() != 0 {
+		if !in.Coordinator.RedisHealthy() || in.Metrics.RedisDowns() != 0 {
 			t.Fatalf("instance %d: healthy %v after %d down transitions; want Redis never marked down by an OOM reply",
-				i, in.Coordinator.RedisHealthy(), in.Coordinator.RedisDowns())
+				i, in.Coordinator.RedisHealthy(), in.Metrics.RedisDowns())
 		}
 	}
 	if _, per := totalFetches(cl); per[0]+per[1]+per[2] > 3 {
@@ -119,7 +119,7 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	if err := <-follower; err != nil {
 		t.Fatal(err)
 	}
-	if n := b.Coordinator.TimerWakeups(); n != 0 {
+	if n := b.Metrics.TimerWakeups(); n != 0 {
 		t.Fatalf("the follower was woken by its lease timer (%d); want a push", n)
 	}
 	if got := up.Count(path); got != 1 {
@@ -154,7 +154,7 @@ func TestInvalidateFencesFillInFlight(t *testing.T) {
 	}
 	// The invalidation reaches instance 0 by pub/sub; it fences the running
 	// flight there, which then leaves the instance's flights.
-	waitFor(t, 10*time.Second, func() bool { return cl.instances[0].Coordinator.Flights() == 0 })
+	waitFor(t, 10*time.Second, func() bool { return cl.instances[0].Metrics.RunningFlights() == 0 })
 	close(release)
 	<-first // joined before the invalidation: either body is fine
 	for i, c := range cl.clients {
@@ -279,7 +279,7 @@ func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
 	if err := cl.up.WaitCount(ctx, path, 3); err != nil { // the refresh read L2, then failed
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Coordinator.Flights() == 0 })
+	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Metrics.RunningFlights() == 0 })
 	for range 2 {
 		if d := get(); !bytes.Equal(d.Body, v2) {
 			t.Fatalf("got %q (source %v); want v2: the older L2 copy replaced the newer L1 one", d.Body, d.Meta.GetSource())
@@ -449,7 +449,7 @@ func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
 	if err := cl.up.WaitCount(ctx, path, 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Coordinator.Flights() == 0 })
+	waitFor(t, 5*time.Second, func() bool { return cl.instances[0].Metrics.RunningFlights() == 0 })
 	if d := get(0); d.Meta.GetStatusCode() != 403 {
 		t.Fatalf("instance 0 after the refresh answered 403: status %d (stale %v); want 403, the old copy dropped",
 			d.Meta.GetStatusCode(), d.Meta.GetStale())
@@ -489,7 +489,7 @@ func TestFailedRefreshCoolsDown(t *testing.T) {
 		if err != nil || !bytes.Equal(d.Body, cl.up.Body(path)) {
 			t.Fatalf("%v; want the (stale) body", err)
 		}
-		waitFor(t, 5*time.Second, func() bool { return in.Coordinator.Flights() == 0 })
+		waitFor(t, 5*time.Second, func() bool { return in.Metrics.RunningFlights() == 0 })
 	}
 	get()
 	clk.Advance(2 * time.Minute)
@@ -605,7 +605,7 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	if err := <-resA; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() bool { return a.Coordinator.Flights() == 0 })
+	waitFor(t, 10*time.Second, func() bool { return a.Metrics.RunningFlights() == 0 })
 	n, err := rdb.Exists(ctx, "coordd:{"+url+"}:doc").Result()
 	if err != nil {
 		t.Fatal(err)

@@ -70,7 +70,8 @@ type httpDoor struct {
 // HTTPHandler returns the HTTP door: GET /v1/documents and POST
 // /v1/invalidate over the same Server, tenants, call cap and call log as
 // g. Serve it over TLS with the gRPC listener's configuration where that
-// has TLS. See README.md ("Other languages") for the protocol.
+// has TLS. See docs/api.md ("HTTP, for anything that has no gRPC") for the
+// protocol.
 func (g *GRPC) HTTPHandler() http.Handler { return g.door }
 
 func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {

@@ -89,7 +89,7 @@ func (fl *replayFleet) waitFollowing(t testing.TB, callers int) {
 func (fl *replayFleet) checkPushOnly(t *testing.T) {
 	t.Helper()
 	for i, in := range fl.instances {
-		if n := in.Coordinator.TimerWakeups(); n != 0 {
+		if n := in.Metrics.TimerWakeups(); n != 0 {
 			t.Fatalf("instance %d: %d followers woken by the lease timer; want every wakeup pushed", i, n)
 		}
 	}

@@ -143,7 +143,7 @@ func (fl *fleet) checkFetchedAtMostOnce(t *testing.T, paths []string) {
 
 func (fl *fleet) timerWakeups() (n int64) {
 	for _, in := range fl.instances {
-		n += in.Coordinator.TimerWakeups()
+		n += in.Metrics.TimerWakeups()
 	}
 	return n
 }

@@ -498,7 +498,7 @@ func TestRoundRobin(t *testing.T) {
 	counts := func() []int64 {
 		var n []int64
 		for _, in := range ins {
-			n = append(n, in.Coordinator.UpstreamRequests())
+			n = append(n, in.Metrics.Fetches())
 		}
 		return n
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/server"
 )
@@ -52,6 +53,7 @@ type env struct {
 // them.
 type instance struct {
 	c    *coordinator.Coordinator
+	m    *coordtest.Recorder // c's events: its running flights
 	g    *server.GRPC
 	rdb  *redis.Client
 	addr string
@@ -109,13 +111,13 @@ func startCoordd(h redistest.TB, redisURL string, up coordinator.Upstream) *inst
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 
-	in := &instance{rdb: rdb}
+	in := &instance{rdb: rdb, m: coordtest.NewRecorder(nil)}
 	var mu sync.Mutex // protects in.g until it is set
 	cfg := coordinator.Config{
 		Upstreams: []coordinator.Upstream{up},
 		Logger:    slog.New(slog.DiscardHandler),
 	}
-	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb, OnRedisHealth: func(up bool) {
+	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb, Metrics: in.m, OnRedisHealth: func(up bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if in.g != nil {
@@ -172,7 +174,7 @@ func (e *env) flightsDone(ctx context.Context, k int) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		busy := false
 		for _, in := range e.coordd[:k] {
-			busy = busy || in.c.Flights() > 0
+			busy = busy || in.m.RunningFlights() > 0
 		}
 		if !busy {
 			return

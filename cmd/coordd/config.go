@@ -14,7 +14,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 )
 
-// fileConfig is coordd's YAML configuration. See README.md for each field.
+// fileConfig is coordd's YAML configuration. See docs/configuration.md for each field.
 type fileConfig struct {
 	Listen        string          `yaml:"listen"`
 	Redis         string          `yaml:"redis"`
@@ -40,6 +40,15 @@ type fileConfig struct {
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
+
+	// MetricsAuth gives the metrics listener (/metrics, /status,
+	// /debug/pprof) tokens of its own; required with tenants.
+	MetricsAuth *metricsAuthConfig `yaml:"metrics_auth"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
+	// listener. Default: false.
+	Pprof bool `yaml:"pprof"`
+	// Tracing exports OpenTelemetry traces (tracing.go). Default: off.
+	Tracing tracingConfig `yaml:"tracing"`
 
 	securityConfig `yaml:",inline"`
 }

@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
+	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener (default: off)")
 	httpListen := fs.String("http-listen", "", "serve the HTTP door (GET /v1/documents, POST /v1/invalidate) at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
@@ -108,6 +109,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	if *httpListen != "" {
 		fc.HTTPListen = *httpListen
+	}
+	if *pprofOn {
+		fc.Pprof = true
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
@@ -144,11 +148,15 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	cfg.Logger = log
+	traceSettings, err := fc.Tracing.settings(os.Getenv)
+	if err != nil {
+		return err
+	}
 	srvOpts, grpcOpts, httpTLS, err := fc.serverOptions(log, fc.upstreamNames())
 	if err != nil {
 		return err
 	}
-	ms, err := listenMetrics(fc.MetricsListen)
+	ms, err := listenMetrics(fc)
 	if err != nil {
 		return err
 	}
@@ -160,8 +168,13 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *checkConfig {
 		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
+	tr, err := startTracing(ctx, traceSettings, log)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown()                        // after c.Close: flushes the flights' spans
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
@@ -175,9 +188,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(grpcOpts, ms.grpcOptions()...)...)
-	ms.serve(c, g.Server, log)
-	door, err := listenHTTP(fc.HTTPListen, ms.instrumentHTTP(g.HTTPHandler()), httpTLS)
+	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(append(grpcOpts, ms.grpcOptions()...), tr.grpcOptions()...)...)
+	ms.serve(c, g.Server, lis.Addr().String(), log)
+	door, err := listenHTTP(fc.HTTPListen, tr.instrumentHTTP(ms.instrumentHTTP(g.HTTPHandler())), httpTLS)
 	if err != nil {
 		_ = lis.Close()
 		return err

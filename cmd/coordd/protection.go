@@ -8,7 +8,7 @@ import (
 
 // protectionConfig holds an upstream's protection fields, inline in its
 // YAML entry. Zero or absent fields take coordinator.Protection's defaults;
-// README.md documents each one.
+// docs/configuration.md ("Upstream protection") documents each one.
 type protectionConfig struct {
 	RateLimit         int           `yaml:"rate_limit"`
 	Burst             int           `yaml:"burst"`

@@ -293,7 +293,7 @@ func TestDocConcurrentCallsOneUpstreamRequest(t *testing.T) {
 	if n := s.mdn.count(mapPath + "/index.json"); n != 1 {
 		t.Errorf("MDN requests for the page = %d; want 1", n)
 	}
-	if n := s.coordd.Coordinator.UpstreamRequests(); n != 1 {
+	if n := s.coordd.Metrics.Fetches(); n != 1 {
 		t.Errorf("coordd upstream requests = %d; want 1", n)
 	}
 

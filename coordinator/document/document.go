@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -31,17 +30,6 @@ type Document struct {
 	WhileRevalidateUntil time.Time
 	IfErrorUntil         time.Time
 	Body                 []byte
-
-	memoOnce sync.Once
-	memo     any
-}
-
-// Memo returns the value build returns on its first call for d, and that
-// same value on every later call. The server uses it to encode the body's
-// chunk messages once per document instead of once per caller.
-func (d *Document) Memo(build func(*Document) any) any {
-	d.memoOnce.Do(func() { d.memo = build(d) })
-	return d.memo
 }
 
 // Fresh reports whether d is fresh at now.

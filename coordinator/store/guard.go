@@ -197,7 +197,7 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 	args := []any{clock(a.Now), a.Interval.Microseconds(), a.Tau.Microseconds(), a.MaxWait.Microseconds(),
 		a.Probes, a.Lease.Microseconds(), a.TTL.Milliseconds()}
 	var res []any
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		res, err = r.runOnce(ctx, admitScript, key, []string{key}, args...).Slice()
 		return err
 	})
@@ -229,7 +229,7 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 		o.FailureThreshold, o.FailureRate, o.MinRequests, o.Window.Microseconds(),
 		o.OpenFor.Microseconds(), o.CloseAfter, o.Probes, o.TTL.Milliseconds()}
 	var res []any
-	err = r.op(ctx, func(ctx context.Context) (err error) {
+	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
 		res, err = r.runOnce(ctx, recordScript, key, []string{key}, args...).Slice()
 		return err
 	})
@@ -248,7 +248,7 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 // scripts name it ("closed" when it has none yet).
 func (r *Redis) BreakerState(ctx context.Context, upstream string) (string, error) {
 	var s string
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		s, err = r.rdb.HGet(ctx, r.guardKey(upstream), "state").Result()
 		return err
 	})

@@ -23,7 +23,7 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 	if !cacheable || ttl < time.Millisecond {
 		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), r.resultTTL
 	}
-	ev := Event{Type: EventDone, Key: id, Token: l.Token(), Result: rkey, Drop: !cacheable}
+	ev := Event{Type: EventDone, Key: id, Token: l.Token(), Result: rkey, Drop: !cacheable, Trace: l.traceparent()}
 	if len(enc) <= r.inlineMax {
 		ev.Doc = enc
 	}
@@ -32,7 +32,7 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 	var n int64
 	ctx, cancel := context.WithCancel(context.Background()) // even while closing
 	defer cancel()
-	err = r.always(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
+	err = r.evenIfDown(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
 		n, err = r.runOnce(ctx, landScript, r.docKey(id),
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
 			l.Token(), gen, enc, ttl.Milliseconds(), channel, msg).Int64()
@@ -57,6 +57,9 @@ func (l *Lease) HandOff(ev Event) {
 	l.StopWatchdog()
 	r := l.r
 	ev.Key, ev.Token = l.id, l.token
+	if ev.Trace == "" && (ev.Type == EventDone || ev.Type == EventFail) {
+		ev.Trace = l.trace
+	}
 	if ev.Type == EventDone && ev.Result == "" {
 		ev.Result = r.docKey(l.id)
 	}
@@ -64,7 +67,7 @@ func (l *Lease) HandOff(ev Event) {
 	defer cancel()
 	payload := ev.encode()
 	channel, msg := r.scriptPublish(payload)
-	_ = r.always(ctx, 0, func(ctx context.Context) error {
+	_ = r.evenIfDown(ctx, 0, func(ctx context.Context) error {
 		if err := r.runOnce(ctx, handOffScript, l.lockKey(), []string{l.lockKey()}, l.token, channel, msg).Err(); err != nil {
 			return err
 		}
@@ -80,7 +83,7 @@ func (r *Redis) Invalidate(ctx context.Context, id string, genTTL time.Duration)
 	var n int64
 	payload := Event{Type: EventInval, Key: id}.encode()
 	channel, msg := r.scriptPublish(payload)
-	err = r.op(ctx, func(ctx context.Context) (err error) {
+	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
 		n, err = r.runOnce(ctx, invalidateScript, r.docKey(id), []string{r.docKey(id), r.lockKey(id), r.genKey(id)},
 			channel, msg, genTTL.Milliseconds()).Int64()
 		if err == nil {

@@ -117,6 +117,7 @@ type Lease struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
+	trace string // W3C traceparent its events carry (SetTrace); "" for none
 }
 
 // newToken returns a fresh random token: a lease's, a receipt's, a result
@@ -141,7 +142,7 @@ func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *L
 	l = &Lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
 	var res []any
 	asked := false
-	err = r.op(ctx, func(ctx context.Context) (err error) {
+	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
 		asked = true
 		res, err = lockScript.Run(ctx, r.rdb, []string{r.lockKey(id)}, l.token, ttl.Milliseconds()).Slice()
 		return err
@@ -176,7 +177,7 @@ func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *L
 // HolderOf reads who holds id's fill lock, and for how long yet.
 func (r *Redis) HolderOf(ctx context.Context, id string) (Holder, error) {
 	var res []any
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		res, err = holderScript.Run(ctx, r.rdb, []string{r.lockKey(id)}).Slice()
 		return err
 	})
@@ -206,7 +207,7 @@ func (l *Lease) watchdog() {
 		case <-t.C:
 		}
 		var n int64
-		err := l.r.op(l.r.ctx, func(ctx context.Context) (err error) {
+		err := l.r.ifUp(l.r.ctx, func(ctx context.Context) (err error) {
 			n, err = extendScript.Run(ctx, l.r.rdb, []string{l.lockKey()}, l.token, l.ttl.Milliseconds()).Int64()
 			return err
 		})

@@ -78,7 +78,7 @@ type Redis struct {
 	wg        sync.WaitGroup // the hub and the health watcher
 
 	up      atomic.Bool
-	downs   atomic.Int64 // up-to-down transitions
+	downs   atomic.Int64 // up-to-down transitions, for the status page
 	suspect chan error   // a failed operation; cap 1, read by watch
 	hub     *hub
 	shards  []string                  // Redis Cluster: the shard channels (shard.go); nil: one channel
@@ -118,20 +118,20 @@ func (r *Redis) timeoutFor(size int) time.Duration {
 	return r.timeout + time.Duration(int64(size)*int64(time.Second)/bytesPerSecond)
 }
 
-// op runs fn on the request path: it fails fast while Redis is down.
-func (r *Redis) op(ctx context.Context, fn func(ctx context.Context) error) error {
+// ifUp runs fn on the request path: it fails fast while Redis is down.
+func (r *Redis) ifUp(ctx context.Context, fn func(ctx context.Context) error) error {
 	if !r.up.Load() {
 		return ErrUnavailable
 	}
-	return r.always(ctx, 0, fn)
+	return r.evenIfDown(ctx, 0, fn)
 }
 
-// always runs fn with a timeout scaled to size, whatever the health state:
-// for what others wait on (releasing a lock, publishing an outcome). A
-// reply from Redis, even an error reply such as OOM under maxmemory, means
-// that this operation failed, not that Redis is down; other failures make
-// Redis suspect.
-func (r *Redis) always(ctx context.Context, size int, fn func(ctx context.Context) error) error {
+// evenIfDown runs fn with a timeout scaled to size, whatever the health
+// state: for what others wait on (releasing a lock, publishing an
+// outcome). A reply from Redis, even an error reply such as OOM under
+// maxmemory, means that this operation failed, not that Redis is down;
+// other failures make Redis suspect.
+func (r *Redis) evenIfDown(ctx context.Context, size int, fn func(ctx context.Context) error) error {
 	octx, cancel := context.WithTimeout(ctx, r.timeoutFor(size))
 	defer cancel()
 	err := fn(octx)
@@ -285,7 +285,7 @@ const UnknownGen = "?"
 // UnknownGen when Redis could not be read.
 func (r *Redis) GetDoc(ctx context.Context, id string) (d *document.Document, enc []byte, gen string) {
 	var vals []any
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		vals, err = r.rdb.MGet(ctx, r.docKey(id), r.genKey(id)).Result()
 		return err
 	})
@@ -314,7 +314,7 @@ func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)
 // getRaw reads the Document stored under rkey; nil unless it is id's.
 func (r *Redis) getRaw(ctx context.Context, rkey, id string) (*document.Document, []byte) {
 	var s string
-	err := r.op(ctx, func(ctx context.Context) (err error) {
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		s, err = r.rdb.Get(ctx, rkey).Result()
 		return err
 	})

@@ -127,7 +127,7 @@ func (r *Redis) scriptPublish(payload []byte) (channel string, msg []byte) {
 // announce publishes an event of id, encoded as payload, after a script
 // that published nothing (cluster mode: SPUBLISH to id's shard channel);
 // otherwise the script did and announce does nothing. Call it inside the
-// closure of op or always that ran the script, so that a failure counts as
+// closure of ifUp or evenIfDown that ran the script, so that a failure counts as
 // the script's.
 func (r *Redis) announce(ctx context.Context, id string, payload []byte) error {
 	if r.shards == nil {

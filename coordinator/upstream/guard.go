@@ -58,9 +58,9 @@ type localGuard struct {
 	m    Metrics
 	name string // the upstream's
 
-	mu sync.Mutex // protects br and rl
-	br *breaker
-	rl *gcra
+	mu    sync.Mutex // protects br and limit
+	br    *breaker
+	limit *gcra // the rate limit, with the upstream's backoff
 }
 
 // newLocalGuard returns up's in-process guard; degraded selects the rate
@@ -72,7 +72,7 @@ func newLocalGuard(up *Config, degraded bool, now func() time.Time, log *slog.Lo
 	if degraded {
 		rate = p.DegradedRateLimit
 	}
-	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, br: newBreaker(p.Breaker, probeLease(up)), rl: newGCRA(rate, p.Burst)}
+	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, br: newBreaker(p.Breaker, probeLease(up)), limit: newGCRA(rate, p.Burst)}
 }
 
 func (g *localGuard) admit(maxWait time.Duration) admission {
@@ -86,7 +86,7 @@ func (g *localGuard) admit(maxWait time.Duration) admission {
 	if !ok {
 		return admission{verdict: verdictOpen, wait: open, gen: g.br.gen}
 	}
-	wait, backoff, ok := g.rl.reserve(now, maxWait)
+	wait, backoff, ok := g.limit.reserve(now, maxWait)
 	if !ok {
 		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen}
 	}
@@ -99,7 +99,7 @@ func (g *localGuard) record(a admission, o outcome, backoff time.Duration) {
 	defer g.mu.Unlock()
 	now := g.now()
 	if backoff > 0 {
-		g.rl.backOff(now, backoff)
+		g.limit.backOff(now, backoff)
 	}
 	from := g.br.state
 	if g.br.record(now, a.gen, a.probe, o) {
@@ -118,7 +118,7 @@ func (g *localGuard) state() string {
 func (g *localGuard) backOff(d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.rl.backOff(g.now(), d)
+	g.limit.backOff(g.now(), d)
 }
 
 // Shared is where the guards of every instance meet: the store package's
@@ -130,6 +130,8 @@ type Shared interface {
 	Admit(ctx context.Context, upstream string, a store.Admit) (store.Admission, error)
 	Record(ctx context.Context, upstream string, r store.Record) (from, to string, err error)
 	BreakerState(ctx context.Context, upstream string) (string, error)
+	// GuardState reads the guard for a status page, changing nothing.
+	GuardState(ctx context.Context, upstream string, now time.Time) (store.GuardState, error)
 }
 
 // sharedGuard is the guard shared by every instance through a Shared

@@ -58,7 +58,7 @@ func (r redisTestGuard) record(a admission, o outcome, backoff time.Duration) {
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // testStore returns a store over a fresh redis-server.
-func testStore(t *testing.T) *store.Redis {
+func testStore(t testing.TB) *store.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,7 +77,7 @@ func testStore(t *testing.T) *store.Redis {
 // for p on a clock of its own, so that the two implementations of the same
 // state machine are held to the same expectations.
 func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, clk *testClock)) {
-	rl := testStore(t)
+	st := testStore(t)
 	n := 0
 	for _, kind := range []string{"local", "redis"} {
 		t.Run(kind, func(t *testing.T) {
@@ -91,7 +91,7 @@ func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, c
 			if kind == "redis" {
 				n++
 				up.Name = "up" + string(rune('0'+n)) // a fresh key per run
-				g = redisTestGuard{t, newSharedGuard(rl, up, clk.Now, quietLogger(), nil)}
+				g = redisTestGuard{t, newSharedGuard(st, up, clk.Now, quietLogger(), nil)}
 			}
 			fn(t, g, clk)
 		})

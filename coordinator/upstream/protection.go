@@ -118,8 +118,9 @@ func (p *Client) Fetch(ctx context.Context, fr FetchRequest, report func(Event))
 	if report == nil {
 		report = func(Event) {}
 	}
+	report = tracedReport(ctx, report)
 	for hop := 0; ; hop++ {
-		resp, err := p.fetchOne(ctx, fr, report)
+		resp, err := p.fetchOne(ctx, fr, hop, report)
 		if err != nil || hop == MaxRedirects {
 			return resp, err
 		}
@@ -171,8 +172,9 @@ func (p *Client) redirect(from string, resp *Response) (string, bool) {
 	return u.String(), true
 }
 
-// fetchOne fetches one url: the first attempt and its retries.
-func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, report func(Event)) (*Response, error) {
+// fetchOne fetches one url, redirect hop hop of the fetch: the first
+// attempt and its retries.
+func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report func(Event)) (*Response, error) {
 	rp := &p.up.Protection.Retry
 	p.budget.request(p.now())
 	var (
@@ -187,7 +189,9 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, report func(Even
 			}
 			return nil, aerr
 		}
-		resp, err = p.next.Fetch(ctx, fr, report)
+		actx, at := p.startAttempt(ctx, fr, attempt, hop)
+		resp, err = p.next.Fetch(actx, fr, report)
+		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
 		backoff := p.retryAfter(resp)
@@ -299,8 +303,8 @@ func (p *Client) bound(ctx context.Context, fr FetchRequest) time.Duration {
 		// At most the next slot: never queue behind others, so that cold
 		// misses wait for one such fetch at most.
 		b = 0
-		if rl := p.up.Protection.RateLimit; rl > 0 {
-			b = min(p.up.Protection.MaxWait, slotInterval(rl))
+		if rate := p.up.Protection.RateLimit; rate > 0 {
+			b = min(p.up.Protection.MaxWait, slotInterval(rate))
 		}
 	}
 	return max(b, 0)

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/metrics"
 	"github.com/coordd/coordd/server"
 )
@@ -28,8 +30,12 @@ import (
 type Instance struct {
 	Addr        string
 	Coordinator *coordinator.Coordinator
-	GRPC        *server.GRPC
-	Redis       *redis.Client // from Options.RedisURL; nil otherwise
+	// Metrics records the coordinator's events that tests count (fetches
+	// started, timer wakeups, Redis downs, running flights); with
+	// Options.Metrics it passes them on to the Prometheus registry.
+	Metrics *coordtest.Recorder
+	GRPC    *server.GRPC
+	Redis   *redis.Client // from Options.RedisURL; nil otherwise
 	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
 	// with Options.Metrics; else empty.
 	MetricsURL string
@@ -70,6 +76,13 @@ type Options struct {
 	// Transport performs the instance's upstream requests (for tests that
 	// count them per instance). Default: the coordinator's own.
 	Transport http.RoundTripper
+	// TracerProvider traces the instance's engine (coordinator.Options);
+	// nil: no tracing. Trace the calls with GRPC (a stats handler) and
+	// WrapHTTP.
+	TracerProvider trace.TracerProvider
+	// WrapHTTP, when set, wraps the HTTP door's handler (Options.HTTP), as
+	// coordd wraps it in its tracing.
+	WrapHTTP func(http.Handler) http.Handler
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -106,7 +119,7 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var g *server.GRPC
 	var mu sync.Mutex
-	opts := coordinator.Options{Transport: o.Transport, OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Transport: o.Transport, TracerProvider: o.TracerProvider, OnRedisHealth: func(up bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if g != nil {
@@ -118,11 +131,13 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var reg *metrics.Registry
 	var grpcOpts []grpc.ServerOption
+	in.Metrics = coordtest.NewRecorder(nil)
 	if o.Metrics {
 		reg = metrics.New()
-		opts.Metrics = reg
+		in.Metrics = coordtest.NewRecorder(reg)
 		grpcOpts = reg.ServerOptions()
 	}
+	opts.Metrics = in.Metrics
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
 		t.Fatalf("coorddtest: coordinator.New: %v", err)
@@ -149,6 +164,9 @@ func Start(t testing.TB, o Options) *Instance {
 		h := g.HTTPHandler()
 		if reg != nil {
 			h = reg.InstrumentHTTP(h)
+		}
+		if o.WrapHTTP != nil {
+			h = o.WrapHTTP(h)
 		}
 		in.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = in.http.Serve(hl) }()

@@ -7,7 +7,7 @@
 // coordd binary (cmd/coordd) and its tests (internal/coorddtest), not part
 // of the gRPC service, and keeping Prometheus out of server/ and
 // coordinator/ leaves both usable without it. The metric names, listed in
-// README.md and used by deploy/, are the contract; the Go API is not.
+// docs/observability.md and used by deploy/, are the contract; the Go API is not.
 package metrics
 
 import (
@@ -37,6 +37,7 @@ type Registry struct {
 	followers        *prometheus.CounterVec        // scope
 	followerLag      prometheus.Histogram
 	upstream         *prometheus.CounterVec // upstream, status
+	fetches          *prometheus.CounterVec // upstream
 	retries          *prometheus.CounterVec // upstream
 	transitions      *prometheus.CounterVec // upstream, scope, from, to
 	rejected         *prometheus.CounterVec // upstream
@@ -45,6 +46,7 @@ type Registry struct {
 	locks            *prometheus.CounterVec // outcome
 	extensions       *prometheus.CounterVec // result
 	timerWakeups     prometheus.Counter
+	flights          prometheus.Gauge
 	redisErrors      *prometheus.CounterVec // kind
 	redisTransitions *prometheus.CounterVec // to
 	httpRequests     *prometheus.CounterVec // code, method: the HTTP door's calls
@@ -87,6 +89,7 @@ func New() *Registry {
 			Buckets: lagBuckets,
 		}),
 		upstream:    counter("coordd_upstream_requests_total", "HTTP attempts to an upstream, retries included, by status code (error: no answer).", "upstream", "status"),
+		fetches:     counter("coordd_upstream_fetches_total", "Upstream fetches started by this instance's flights; each makes one or more attempts (coordd_upstream_requests_total).", "upstream"),
 		retries:     counter("coordd_upstream_retries_total", "Retries of failed upstream attempts.", "upstream"),
 		transitions: counter("coordd_breaker_transitions_total", "Circuit breaker state changes made by this instance, by scope (cluster: shared through Redis; instance: this instance's own).", "upstream", "scope", "from", "to"),
 		rejected:    counter("coordd_breaker_rejected_total", "Fetches failed at once by an open circuit breaker.", "upstream"),
@@ -99,6 +102,7 @@ func New() *Registry {
 		locks:            counter("coordd_lock_attempts_total", "Attempts at a key's fill lock, by outcome: acquired, contended (another instance holds it), unavailable (Redis down or silent).", "outcome"),
 		extensions:       counter("coordd_lock_extensions_total", "Lease extensions by the watchdog of a held fill lock, by result: ok, lost, error.", "result"),
 		timerWakeups:     prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_timer_wakeups_total", Help: "Followers woken by the end of a lock lease instead of a push (a lock takeover); 0 unless a holder died or a push was lost."}),
+		flights:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "coordd_flights", Help: "Fills in progress on this instance."}),
 		redisErrors:      counter("coordd_redis_errors_total", "Failed Redis operations, by kind: reply (Redis answered an error), unavailable (no answer in time, network error).", "kind"),
 		redisTransitions: counter("coordd_redis_transitions_total", "Changes of Redis's health: to down (degraded: in-process coordination) or up.", "to"),
 		httpRequests:     counter("coordd_http_requests_total", "Calls to the HTTP door (http_listen), by HTTP status code and method.", "code", "method"),
@@ -112,8 +116,8 @@ func New() *Registry {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.grpc,
-		r.requests, r.followers, r.followerLag, r.upstream, r.retries, r.transitions, r.rejected,
-		r.rateWait, r.rateRefused, r.locks, r.extensions, r.timerWakeups, r.redisErrors, r.redisTransitions,
+		r.requests, r.followers, r.followerLag, r.upstream, r.fetches, r.retries, r.transitions, r.rejected,
+		r.rateWait, r.rateRefused, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
 		r.httpRequests, r.httpDuration,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
@@ -150,12 +154,13 @@ func (r *Registry) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Watch exports the state of c (L1, Redis health, circuit breakers,
-// flights), read at each scrape, creates c's upstream series at 0, and
+// Watch exports the state of c (L1, Redis health, circuit breakers),
+// read at each scrape, creates c's upstream series at 0, and
 // creates s's grpc_server_* series at 0 for each of its methods. Call it
 // once, after registering s's services.
 func (r *Registry) Watch(c *coordinator.Coordinator, s *grpc.Server) {
 	for _, up := range c.Upstreams() {
+		r.fetches.WithLabelValues(up)
 		r.retries.WithLabelValues(up)
 		r.rejected.WithLabelValues(up)
 		r.rateWait.WithLabelValues(up)
@@ -206,6 +211,9 @@ func (r *Registry) Follower(scope string) { r.followers.WithLabelValues(scope).I
 // FollowerLag implements coordinator.Metrics.
 func (r *Registry) FollowerLag(d time.Duration) { r.followerLag.Observe(d.Seconds()) }
 
+// Fetch implements coordinator.Metrics.
+func (r *Registry) Fetch(upstream string) { r.fetches.WithLabelValues(upstream).Inc() }
+
 // UpstreamRequest implements coordinator.Metrics; status 0 is "error".
 func (r *Registry) UpstreamRequest(upstream string, status int) {
 	s := "error"
@@ -243,6 +251,9 @@ func (r *Registry) LockExtension(result string) { r.extensions.WithLabelValues(r
 // TimerWakeup implements coordinator.Metrics.
 func (r *Registry) TimerWakeup() { r.timerWakeups.Inc() }
 
+// Flights implements coordinator.Metrics.
+func (r *Registry) Flights(delta int) { r.flights.Add(float64(delta)) }
+
 // RedisError implements coordinator.Metrics.
 func (r *Registry) RedisError(kind string) { r.redisErrors.WithLabelValues(kind).Inc() }
 
@@ -268,13 +279,12 @@ var (
 	descL1Bytes   = prometheus.NewDesc("coordd_l1_bytes", "Memory the in-memory cache (L1) has allocated, up to coordd_l1_max_bytes.", nil, nil)
 	descL1Max     = prometheus.NewDesc("coordd_l1_max_bytes", "The in-memory cache's bound (l1_max_bytes).", nil, nil)
 	descL1Evicted = prometheus.NewDesc("coordd_l1_evictions_total", "Documents dropped from L1, by reason: no_space (to make room), expired (past the longest lifetime configured).", []string{"reason"}, nil)
-	descFlights   = prometheus.NewDesc("coordd_flights", "Fills in progress on this instance.", nil, nil)
 	descRedisUp   = prometheus.NewDesc("coordd_redis_up", "1 while Redis is believed up; 0 while degraded (L1 only, in-process coordination). Absent in single-node mode.", nil, nil)
 	descBreaker   = prometheus.NewDesc("coordd_breaker_state", "Circuit breaker state: 0 closed, 1 half-open, 2 open. scope cluster: the breaker shared through Redis (absent while Redis is down); instance: this instance's own (single-node mode, Redis down).", []string{"upstream", "scope"}, nil)
 )
 
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descL1Entries, descL1Bytes, descL1Max, descL1Evicted, descFlights, descRedisUp, descBreaker} {
+	for _, d := range []*prometheus.Desc{descL1Entries, descL1Bytes, descL1Max, descL1Evicted, descRedisUp, descBreaker} {
 		ch <- d
 	}
 }
@@ -286,7 +296,6 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descL1Max, prometheus.GaugeValue, float64(l1.MaxBytes))
 	ch <- prometheus.MustNewConstMetric(descL1Evicted, prometheus.CounterValue, float64(l1.Evicted), "no_space")
 	ch <- prometheus.MustNewConstMetric(descL1Evicted, prometheus.CounterValue, float64(l1.Expired), "expired")
-	ch <- prometheus.MustNewConstMetric(descFlights, prometheus.GaugeValue, float64(s.c.Flights()))
 	if s.c.RedisConfigured() {
 		up := 0.0
 		if s.c.RedisHealthy() {

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/coordd/coordd/coordinator"
+)
+
+// frameCache holds the chunk frames of the Documents alive in this
+// process, so that a body is framed once per Document rather than once
+// per caller, however many streams and Servers send it. It is keyed by
+// weak pointers, as L1's map of live Documents is (coordinator/l1): an
+// entry does not keep its Document alive (its frames slice the body, not
+// the Document), and a cleanup drops it once the Document is collected.
+// The zero value is ready; it is safe for concurrent use.
+type frameCache struct {
+	m sync.Map // weak.Pointer[coordinator.Document] → *frameEntry
+}
+
+type frameEntry struct {
+	once sync.Once // the first caller builds fs; the others wait for it
+	fs   []*frame
+}
+
+// get returns d's frames, built on the first call for d.
+func (c *frameCache) get(d *coordinator.Document) []*frame {
+	k := weak.Make(d)
+	v, ok := c.m.Load(k)
+	if !ok {
+		var loaded bool
+		if v, loaded = c.m.LoadOrStore(k, &frameEntry{}); !loaded {
+			runtime.AddCleanup(d, c.drop, k)
+		}
+	}
+	e := v.(*frameEntry)
+	e.once.Do(func() { e.fs = buildFrames(d) })
+	return e.fs
+}
+
+// drop forgets the frames of a Document that has been collected.
+func (c *frameCache) drop(k weak.Pointer[coordinator.Document]) { c.m.Delete(k) }
+
+// len returns how many Documents have frames held, for tests.
+func (c *frameCache) len() int {
+	n := 0
+	c.m.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+// framed holds the frames of every Document this process sends: one cache
+// for every Server, as the Documents are shared by all of them.
+var framed frameCache
+
+// frames returns d's chunk frames, built on the first call for d and
+// shared by every later caller.
+func frames(d *coordinator.Document) []*frame { return framed.get(d) }
