@@ -20,6 +20,7 @@ var serverOnly = []string{
 	"github.com/prometheus/",
 	"github.com/grpc-ecosystem/go-grpc-middleware/",
 	"github.com/modelcontextprotocol/",
+	"go.opentelemetry.io/",
 	"gonum.org/",
 	"go.yaml.in/yaml/",
 	"gopkg.in/yaml",
