@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // cluster is n coordd instances sharing one real Redis, in front of one
@@ -224,7 +225,7 @@ func TestBodyOverLimitFailsAndIsNotCached(t *testing.T) {
 }
 
 func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
@@ -274,7 +275,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 
 func TestStaleIfErrorFromL2(t *testing.T) {
 	// A stale copy another instance stored in Redis is served on error.
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx := context.Background()
 	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
@@ -298,7 +299,7 @@ func TestStaleIfErrorFromL2(t *testing.T) {
 // conditional request. It used to fetch as if the key were cold, and
 // failed with the upstream.
 func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
-	rs, up, clk := redistest.Start(t), fakeupstream.New(t), newTestClock()
+	rs, up, clk := redistest.Start(t), fakeupstream.New(t), testclock.New(time.Now())
 	cfg := coordinator.Config{Now: clk.Now, Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL(), TTL: time.Minute}}}
 	countPerCall(&cfg)
 	const path = "/late-land"

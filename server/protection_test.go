@@ -23,6 +23,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // The tests below run real coordinators against a real redis-server and a
@@ -532,25 +533,13 @@ func TestRateLimitDeadline(t *testing.T) {
 	}
 }
 
-// testClock is a settable clock for Config.Now.
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(time.Now().UnixNano())
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // TestConditionalRevalidation: an expired copy is revalidated with
 // If-None-Match and If-Modified-Since; the 304 makes it fresh again.
 func TestConditionalRevalidation(t *testing.T) {
 	const lastMod = "Wed, 21 Oct 2026 07:28:00 GMT"
 	u := fakeupstream.New(t)
 	u.Set("/c", fakeupstream.Behavior{Conditional: true}.WithHeader("Last-Modified", lastMod))
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cfg := protConfig(u, coordinator.Protection{}, nil)
 	cfg.Now = clk.Now
 	c := protNew(t, cfg)
@@ -588,7 +577,7 @@ func TestConditionalRevalidation(t *testing.T) {
 // are not cached.
 func TestNegativeCaching(t *testing.T) {
 	u := fakeupstream.New(t)
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cfg := protConfig(u, coordinator.Protection{}, nil)
 	cfg.Now = clk.Now
 	c := protNew(t, cfg)

@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // TestUpstreamHeadersSanitized: an upstream header coordd stores and
@@ -94,7 +95,7 @@ func TestUpstreamHeadersSanitized(t *testing.T) {
 // revalidated without If-None-Match (a repaired ETag would not match the
 // upstream's) and with If-Modified-Since.
 func TestDroppedETagNotSentBack(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Now = clk.Now })
 	const lastMod = "Wed, 21 Oct 2026 07:28:00 GMT"
 	cl.up.Set("/p", fakeupstream.Behavior{ETag: "\"caf\xe9\""}.WithHeader("Last-Modified", lastMod))
@@ -171,7 +172,7 @@ func TestHugeRetryAfterBacksOff(t *testing.T) {
 // (stale-if-error): the call fails UNAVAILABLE. A no-cache copy is served
 // only by stale-if-error; a plain one by either.
 func TestCacheControlStaleServing(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
@@ -221,7 +222,7 @@ func TestCacheControlStaleServing(t *testing.T) {
 // stale_ttl, for a conditional request. Both used to last all of
 // stale_ttl.
 func TestStaleWindowsFromCacheControl(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
