@@ -31,19 +31,13 @@ type cluster struct {
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
+// startCluster starts a Redis and n instances on it (coorddtest.StartFleet),
+// each configured by tune when it is set.
 func startCluster(t testing.TB, n int, tune func(*coordinator.Config)) *cluster {
 	t.Helper()
-	cl := &cluster{redis: redistest.Start(t), up: fakeupstream.New(t)}
-	for range n {
-		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
-		if tune != nil {
-			tune(&cfg)
-		}
-		in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
-		cl.instances = append(cl.instances, in)
-		cl.clients = append(cl.clients, in.Dial(t))
-	}
-	return cl
+	rs := redistest.Start(t)
+	f := coorddtest.StartFleet(t, n, coorddtest.FleetOptions{RedisURL: rs.URL(), Tune: tune})
+	return &cluster{redis: rs, up: f.Up, instances: f.Instances, clients: f.Clients}
 }
 
 func (cl *cluster) url(path string) string { return cl.up.URL() + path }
