@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/coordinator/document"
 	"github.com/coordd/coordd/coordinator/l1"
@@ -33,6 +34,7 @@ type Coordinator struct {
 	store   *store.Redis // nil in single-node mode
 	clients map[string]*upstream.Client
 	m       Metrics
+	tr      tracer // off without Options.TracerProvider
 
 	mu      sync.Mutex // protects flights
 	flights map[string]*flight
@@ -65,6 +67,10 @@ type Options struct {
 	OnRedisHealth func(up bool)
 	// Metrics observes the Coordinator. Default: NopMetrics.
 	Metrics Metrics
+	// TracerProvider traces flights, lock attempts, upstream fetches and
+	// landings (see trace.go for the span names). Default (nil): no
+	// tracing, and no tracing work on any path.
+	TracerProvider trace.TracerProvider
 }
 
 // New returns a running Coordinator. It fails only on a bad Config; an
@@ -92,6 +98,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		l1:      cache,
 		clients: make(map[string]*upstream.Client),
 		m:       orNop(opt.Metrics),
+		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
 		cooling: make(map[string]time.Time),
 		genTTL:  life + cfg.LockTTL + time.Hour,
@@ -238,10 +245,11 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		f, created := c.join(ctx, t, seed, notBefore)
 		if !created {
 			c.m.Follower("local")
+			f.tr.joined(ctx)
 			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 		}
-		res, err, again := c.wait(ctx, f, opt.NoStale, recent, report)
-		if !again {
+		next, res, err := c.wait(ctx, f, opt.NoStale, recent, report)
+		if next != rejoin {
 			return res, err
 		}
 		// The flight found a copy too old for this call before the call
@@ -250,9 +258,23 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 	}
 }
 
-// wait waits for f on behalf of one caller. again asks the caller to join
-// a new flight, because f's copy is older than the caller accepts.
-func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*document.Document) bool, report func(Progress)) (res *Result, err error, again bool) {
+// step is what a waiting loop does after one wait.
+type step int
+
+const (
+	// answered: the wait's result and error are the answer.
+	answered step = iota
+	// rejoin: the flight's copy is older than the caller accepts (wait);
+	// the caller joins a new flight.
+	rejoin
+	// relock: the holder is gone, or what it landed is not this flight's
+	// answer (follow); the flight looks at the fill lock again.
+	relock
+)
+
+// wait waits for f on behalf of one caller: answered, or rejoin when f's
+// copy is older than the caller accepts.
+func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*document.Document) bool, report func(Progress)) (step, *Result, error) {
 	seen := 0
 	for {
 		s := f.snapshot(seen)
@@ -263,23 +285,23 @@ func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent 
 		if s.done {
 			switch {
 			case s.err == nil && recent(s.res.Doc):
-				return s.res, nil, false
+				return answered, s.res, nil
 			case s.err == nil:
-				return nil, nil, true
+				return rejoin, nil, nil
 			case s.res != nil && !noStale && recent(s.res.Doc) && s.res.Doc.ServeStaleIfError(c.cfg.Now()):
 				report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-if-error: " + s.err.Error()})
-				return s.res, nil, false
+				return answered, s.res, nil
 			}
-			return nil, s.err, false
+			return answered, nil, s.err
 		}
 		if s.stale != nil && !noStale && recent(s.stale.Doc) && s.stale.Doc.ServeStaleWhileRevalidate(c.cfg.Now()) {
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
-			return s.stale, nil, false
+			return answered, s.stale, nil
 		}
 		select {
 		case <-s.next:
 		case <-ctx.Done():
-			return nil, ctx.Err(), false
+			return answered, nil, ctx.Err()
 		}
 	}
 }
@@ -295,6 +317,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.tr.start(c.tr, ctx, t)
 	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
 	f.deadlines.add(ctx)
@@ -322,7 +345,10 @@ func (c *Coordinator) run(f *flight) {
 			f.log.Error("flight panicked", "err", err)
 		}
 		c.leave(f)
+		// A no-op when lead answered this instance's callers before
+		// landing (answerEarly): the first finish wins.
 		f.finish(res, err)
+		f.tr.end(res, err)
 	}()
 	res, err = c.fill(f)
 	finished = true
@@ -346,10 +372,9 @@ func (c *Coordinator) setL1(f *flight, d *document.Document, enc []byte) {
 // holder fetches; the others wait for its push.
 func (c *Coordinator) fill(f *flight) (*Result, error) {
 	t := f.t
-	var stale *Result
 	if f.seed != nil {
 		// Usually stale; fresh when a caller's max_age refused it.
-		stale = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
+		f.fallback = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
 	f.gen = store.UnknownGen
 	r := c.store
@@ -357,25 +382,27 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 		var d *document.Document
 		var enc []byte
 		d, enc, f.gen = r.GetDoc(c.ctx, t.id)
-		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (stale == nil || d.FetchedAt.After(stale.Doc.FetchedAt)) {
+		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
 			c.setL1(f, d, enc)
 			return &Result{Doc: d, Source: SourceL2}, nil
 		}
-		c.keepNewer(f, d, enc, &stale)
+		c.keepAsFallback(f, d, enc)
 	}
-	if stale != nil {
-		f.offerStale(stale)
+	if f.fallback != nil {
+		f.offerStale(f.fallback)
 	}
 	degraded := false
 	for {
 		if c.ctx.Err() != nil {
-			return stale, ErrClosed
+			return f.fallback, ErrClosed
 		}
 		if r == nil {
-			return c.lead(f, nil, stale)
+			return c.lead(f, nil)
 		}
 		w := r.Register(t.id)
+		lt := f.tr.lock(c.ctx)
 		l, h, err := r.TryLock(c.ctx, t.id, c.cfg.LockTTL)
+		lt.end(l, h, err)
 		if err != nil {
 			// Fail open: this flight is the only fetch in this instance.
 			// When Redis did not answer, l is the lease we may hold: its
@@ -385,54 +412,56 @@ func (c *Coordinator) fill(f *flight) (*Result, error) {
 				degraded = true
 				f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 			}
-			return c.lead(f, l, stale)
+			return c.lead(f, l)
 		}
 		if l != nil {
 			r.Unregister(w)
-			return c.lead(f, l, stale)
+			return c.lead(f, l)
 		}
-		res, err, again := c.follow(f, w, h, &stale)
+		next, res, err := c.follow(f, w, h)
 		r.Unregister(w)
-		if !again {
+		if next == answered {
 			return res, err
 		}
 	}
 }
 
-// keepNewer makes d, read from Redis, the flight's stale copy (and L1's)
-// if it is a usable copy of f's target newer than *stale. It is not the
-// flight's answer: too old for its callers, or expired.
-func (c *Coordinator) keepNewer(f *flight, d *document.Document, enc []byte, stale **Result) {
+// keepAsFallback makes d, read from Redis, the flight's fallback (and
+// L1's copy) if it is a usable copy of f's target newer than the fallback
+// it has. It is not the flight's answer: too old for its callers, or
+// expired.
+func (c *Coordinator) keepAsFallback(f *flight, d *document.Document, enc []byte) {
 	now := c.cfg.Now()
-	if !f.t.serves(d) || !d.Usable(now) || (*stale != nil && !d.FetchedAt.After((*stale).Doc.FetchedAt)) {
+	if !f.t.serves(d) || !d.Usable(now) || (f.fallback != nil && !d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
 		return // never replace a newer copy in L1 with an older one
 	}
 	c.setL1(f, d, enc)
 	if d.Fresh(now) {
 		f.setBypass() // fresh, but a caller's max_age refused it
 	}
-	*stale = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
-	f.offerStale(*stale)
+	f.fallback = &Result{Doc: d, Source: SourceL2, Stale: !d.Fresh(now)}
+	f.offerStale(f.fallback)
 }
 
 // follow waits, subscribed, for the instance holding t's lock, h. It
 // re-checks L2 after subscribing, so that a push that landed before the
-// subscription is not lost. again asks the caller to re-check the lock.
-func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale **Result) (res *Result, err error, again bool) {
+// subscription is not lost. It returns answered, or relock when the
+// holder is gone or what it landed is not this flight's answer.
+func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, *Result, error) {
 	r := c.store
 	t := f.t
 	holder := h.Token
 	if holder == "" {
-		return nil, nil, true // the lock expired between our two looks
+		return relock, nil, nil // the lock expired between our two looks
 	}
 	c.m.Follower("remote")
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
 	d, enc, _ := r.GetDoc(c.ctx, t.id)
 	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
-		return &Result{Doc: d, Source: SourceL2}, nil, false
+		return answered, &Result{Doc: d, Source: SourceL2}, nil
 	}
-	c.keepNewer(f, d, enc, stale)
+	c.keepAsFallback(f, d, enc)
 	// A holder cut off from Redis keeps its lease until what is left of it
 	// runs out, at most LockTTL after its watchdog last renewed it: look
 	// again then, and take over if the lease lapsed; a live holder will
@@ -444,14 +473,15 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 	for {
 		select {
 		case ev := <-w.Events():
+			f.tr.event(ev, holder)
 			switch ev.Type {
 			case store.EventDone:
 				d, enc, cached := r.Landed(c.ctx, ev)
 				if !t.serves(d) {
-					return nil, nil, true
+					return relock, nil, nil
 				}
 				if !cached {
-					return &Result{Doc: d, Source: SourceL2}, nil, false // uncacheable: as it is
+					return answered, &Result{Doc: d, Source: SourceL2}, nil // uncacheable: as it is
 				}
 				// A copy stale on arrival (no-cache, max-age=0) answers
 				// this flight if the leader we followed fetched it, as it
@@ -460,10 +490,10 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 				// before the answer was given. Any other copy must be fresh.
 				if f.recent(d) && (d.Fresh(c.cfg.Now()) || (ev.Token == holder && d.StaleOnArrival())) {
 					c.setL1(f, d, enc)
-					return &Result{Doc: d, Source: SourceL2}, nil, false
+					return answered, &Result{Doc: d, Source: SourceL2}, nil
 				}
-				c.keepNewer(f, d, enc, stale)
-				return nil, nil, true // not what this flight needs
+				c.keepAsFallback(f, d, enc)
+				return relock, nil, nil // not what this flight needs
 			case store.EventFail:
 				if ev.Token != holder {
 					continue // an earlier leader's
@@ -471,16 +501,16 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 				if ev.Kind == "rate_limited" {
 					// The leader's callers could not wait for a rate-limit
 					// slot; this flight's callers may: queue for one ourselves.
-					return nil, nil, true
+					return relock, nil, nil
 				}
-				return *stale, upstream.WithRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond), false
+				return answered, f.fallback, upstream.WithRetryAfter(errorFromKind(ev.Kind, ev.Msg), time.Duration(ev.Wait)*time.Millisecond)
 			case store.EventRelease:
 				if ev.Token != holder {
 					continue
 				}
-				return nil, nil, true
+				return relock, nil, nil
 			default: // reset, inval
-				return nil, nil, true
+				return relock, nil, nil
 			}
 		case <-timer.C:
 			if !lapsed {
@@ -503,9 +533,9 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder, stale *
 			}
 			c.timerWakeups.Add(1)
 			c.m.TimerWakeup()
-			return nil, nil, true
+			return relock, nil, nil
 		case <-c.ctx.Done():
-			return *stale, ErrClosed, false
+			return answered, f.fallback, ErrClosed
 		}
 	}
 }
@@ -521,66 +551,103 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 
 // lead fetches f's document from the upstream under lease l (nil:
 // in-process only), wakes f's callers, then stores it in L2 and wakes the
-// followers of other instances.
-func (c *Coordinator) lead(f *flight, l *store.Lease, stale *Result) (*Result, error) {
-	t, r := f.t, c.store
+// followers of other instances. On failure it answers f's fallback with
+// the error, for stale-if-error.
+func (c *Coordinator) lead(f *flight, l *store.Lease) (*Result, error) {
 	if l != nil {
 		defer l.StopWatchdog() // every path below hands the lock off; this covers a panic
-		// Double-check: the previous holder may have filled L2 between our
-		// L2 read and our lock.
-		d, enc, _ := r.GetDoc(c.ctx, t.id)
-		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
-			c.setL1(f, d, enc)
-			l.HandOff(store.Event{Type: store.EventDone}) // names id's document in L2
-			return &Result{Doc: d, Source: SourceL2}, nil
+		if res := c.recheck(f, l); res != nil {
+			return res, nil
 		}
-		c.keepNewer(f, d, enc, &stale) // for stale-if-error, and a conditional fetch
 	}
+	d, cache, err := c.fetch(f, l)
+	if err != nil {
+		return c.failed(f, l, err)
+	}
+	return c.deliver(f, l, d, cache), nil
+}
+
+// recheck looks at L2 once more under lease l: the previous holder may
+// have filled it between fill's read and our lock. A fresh copy answers f
+// and is handed off to the followers; any other becomes f's fallback.
+func (c *Coordinator) recheck(f *flight, l *store.Lease) *Result {
+	d, enc, _ := c.store.GetDoc(c.ctx, f.t.id)
+	if f.t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
+		c.setL1(f, d, enc)
+		l.HandOff(store.Event{Type: store.EventDone}) // names id's document in L2
+		return &Result{Doc: d, Source: SourceL2}
+	}
+	c.keepAsFallback(f, d, enc) // for stale-if-error, and a conditional fetch
+	return nil
+}
+
+// fetch asks f's upstream through its guard under lease l (whose events
+// carry the fetch's span), conditionally when f has a 2xx fallback, and
+// turns the answer into a Document that may be cached or not.
+func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool, error) {
+	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
-	up := t.upstream
 	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass()}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
-	resp, err := c.clients[up.Name].Fetch(c.ctx, fr, func(e upstream.Event) {
+	fctx, ft := f.tr.fetch(c.ctx, l)
+	resp, err := c.clients[t.upstream.Name].Fetch(fctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
-	if err == nil {
-		var d *document.Document
-		var cache bool
-		d, cache, err = c.document(t, resp, stale)
-		if err == nil {
-			res := &Result{Doc: d, Source: SourceUpstream}
-			enc := d.Encode() // once, for L1 and L2
-			if !cache {
-				// Never cached: its old copy must not be served any longer,
-				// here or (landRemote) from L2.
-				c.l1.Delete(t.id)
-			} else {
-				c.setL1(f, d, enc)
-			}
-			if cache && !d.StaleOnArrival() {
-				c.leave(f)
-				f.finish(res, nil) // this instance's callers first, then the others
-			}
-			// Otherwise the lock goes before the callers are answered, so
-			// that a call made after the answer fetches anew instead of
-			// following this flight's landing.
-			c.landRemote(f, l, d, enc, cache)
-			return res, nil
-		}
+	ft.end(resp, err)
+	if err != nil {
+		return nil, false, err
 	}
+	return c.document(t, resp, stale)
+}
+
+// deliver stores d in L1 (or drops L1's old copy if d is not to be
+// cached), answers f's callers and lands d for the other instances.
+func (c *Coordinator) deliver(f *flight, l *store.Lease, d *document.Document, cache bool) *Result {
+	res := &Result{Doc: d, Source: SourceUpstream}
+	enc := d.Encode() // once, for L1 and L2
+	if !cache {
+		// Never cached: its old copy must not be served any longer,
+		// here or (landRemote) from L2.
+		c.l1.Delete(f.t.id)
+	} else {
+		c.setL1(f, d, enc)
+	}
+	if cache && !d.StaleOnArrival() {
+		c.answerEarly(f, res) // this instance's callers first, then the others
+	}
+	// Otherwise the lock goes before the callers are answered, so that a
+	// call made after the answer fetches anew instead of following this
+	// flight's landing.
+	c.landRemote(f, l, d, enc, cache)
+	return res
+}
+
+// failed ends a lead whose fetch failed with err: it hands the failure
+// (or, when closing, a release) to the followers and answers f's
+// fallback with err.
+func (c *Coordinator) failed(f *flight, l *store.Lease, err error) (*Result, error) {
+	stale := f.fallback
 	if c.ctx.Err() != nil {
 		l.HandOff(store.Event{Type: store.EventRelease})
 		return stale, ErrClosed
 	}
-	f.log.Warn("upstream fetch failed", "upstream", up.Name, "url", t.URL, "err", err, "stale", stale != nil)
+	f.log.Warn("upstream fetch failed", "upstream", f.t.upstream.Name, "url", f.t.URL, "err", err, "stale", stale != nil)
 	if stale != nil {
-		c.coolDown(t.id)
+		c.coolDown(f.t.id)
 	}
 	l.HandOff(store.Event{Type: store.EventFail, Kind: errorKind(err), Msg: err.Error(), Wait: upstream.RetryAfter(err).Milliseconds()})
 	return stale, err
+}
+
+// answerEarly answers f's callers with res and takes f out of the
+// flights before lead lands res in L2, so that this instance's callers do
+// not wait for Redis; run's own finish then finds f done.
+func (c *Coordinator) answerEarly(f *flight, res *Result) {
+	c.leave(f)
+	f.finish(res, nil)
 }
 
 // document turns an upstream answer into a Document and says whether it
@@ -635,7 +702,9 @@ func (c *Coordinator) landRemote(f *flight, l *store.Lease, d *document.Document
 	if r == nil || (l == nil && f.gen == store.UnknownGen) {
 		return // nothing to fence the write with, and nobody waits on us
 	}
+	lt := f.tr.land(c.ctx, cache)
 	landed, err := r.Land(l, f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
+	lt.end(landed, err)
 	if !landed {
 		if err != nil {
 			f.log.Warn("storing in redis failed; followers re-check", "err", err)

@@ -20,14 +20,16 @@
 //     (store.Redis.GetDoc); a fresh copy there answers the flight.
 //  6. fill registers for the key's completion events, then asks for the
 //     key's fill lock (store.Redis.Register, store.Redis.TryLock).
-//  7. Holding it, lead checks L2 once more, then fetches through the
-//     upstream's guard: breaker, rate limit, Retry-After, retries,
-//     redirects (package upstream).
+//  7. Holding it, lead checks L2 once more (recheck), then fetches
+//     through the upstream's guard: breaker, rate limit, Retry-After,
+//     retries, redirects (fetch; package upstream).
 //  8. Another instance holding it, follow re-checks L2 and waits for that
 //     instance's push, or for its lease to lapse, to take over.
 //  9. document turns the answer into a Document with its lifetime from
 //     Cache-Control (package document).
-//  10. lead stores it in L1 and answers this instance's callers.
+//  10. lead stores it in L1 and answers this instance's callers (deliver);
+//     a failure answers them with the flight's fallback, if any, for
+//     stale-if-error (failed).
 //  11. landRemote stores it in L2, releases the lock and publishes done in
 //     one script, fenced against Invalidate (store.Redis.Land).
 //  12. Each follower elsewhere is woken by the push, takes the document
@@ -39,7 +41,7 @@
 //
 // # Files
 //
-//	coordinator.go  Coordinator, New, Get, join, run, fill, lead, follow, Invalidate
+//	coordinator.go  Coordinator, New, Get, wait, join, run, fill, follow, lead, Invalidate
 //	flight.go       one fill of one key in this instance, and its callers
 //	target.go       Target, Resolve: validated urls and keys
 //	scope.go        tenants and the upstreams they may use
@@ -48,6 +50,7 @@
 //	errors.go       sentinel errors
 //	metrics.go      the Metrics interface and status accessors
 //	config.go       Config, its defaults and validation
+//	trace.go        OpenTelemetry spans of flights, locks, fetches and landings (Options.TracerProvider)
 //
 // and the packages it composes, each knowing nothing of flights:
 //

@@ -23,6 +23,12 @@ type flight struct {
 	// (store.UnknownGen: unknown), which fences the landing against
 	// Invalidate. Set by fill.
 	gen string
+	// fallback is the newest usable copy the fill has found (L1's seed,
+	// or L2's): offered to callers that accept stale, answered with an
+	// upstream error (stale-if-error), and revalidated by a conditional
+	// fetch. Only the fill's goroutine touches it.
+	fallback *Result
+	tr       flightTrace // its span, when tracing (trace.go)
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age

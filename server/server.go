@@ -1,7 +1,7 @@
 // Package server exposes a coordinator.Coordinator as the gRPC service
 // coordd.v1.CoordinatorService, with health and reflection. It translates
-// between the wire and the engine, and is the only place that chooses gRPC
-// status codes.
+// between the wire and the engine: gRPC status codes are chosen here, never
+// in the engine (status.go maps the engine's errors).
 package server
 
 import (

@@ -14,8 +14,11 @@ import (
 	"github.com/coordd/coordd/coordinator"
 )
 
-// toStatus chooses the gRPC status for an error from the coordinator. This
-// is the only place that chooses status codes.
+// toStatus chooses the gRPC status for an error from the coordinator: the
+// only place that maps engine errors to codes. Refusals made before the
+// engine is asked choose their own where they are made: auth.go
+// (Unauthenticated), limits.go (the call cap), decode.go and server.go
+// (malformed requests, a server stopping, a tenant without admin rights).
 func toStatus(err error) error {
 	if err == nil {
 		return nil

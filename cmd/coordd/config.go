@@ -37,6 +37,9 @@ type fileConfig struct {
 	// Default (0): 10000. Negative: no cap.
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
 
+	// Tracing exports OpenTelemetry traces (tracing.go). Default: off.
+	Tracing tracingConfig `yaml:"tracing"`
+
 	securityConfig `yaml:",inline"`
 }
 

@@ -276,6 +276,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	cfg.Logger = log
+	traceSettings, err := fc.Tracing.settings(os.Getenv)
+	if err != nil {
+		return err
+	}
 	srvOpts, grpcOpts, httpTLS, err := fc.serverOptions(log, fc.upstreamNames())
 	if err != nil {
 		return err
@@ -292,8 +296,13 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if o.checkConfig {
 		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
+	tr, err := startTracing(ctx, traceSettings, log)
+	if err != nil {
+		return err
+	}
+	defer tr.shutdown()                        // after c.Close: flushes the flights' spans
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
@@ -307,9 +316,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(grpcOpts, ms.grpcOptions()...)...)
+	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(append(grpcOpts, ms.grpcOptions()...), tr.grpcOptions()...)...)
 	ms.serve(c, g.Server, log)
-	door, err := listenHTTP(fc.HTTPListen, ms.instrumentHTTP(g.HTTPHandler()), httpTLS)
+	door, err := listenHTTP(fc.HTTPListen, tr.instrumentHTTP(ms.instrumentHTTP(g.HTTPHandler())), httpTLS)
 	if err != nil {
 		_ = lis.Close()
 		return err

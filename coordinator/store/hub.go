@@ -35,6 +35,12 @@ type Event struct {
 	Kind   string `json:"e,omitempty"`
 	Msg    string `json:"m,omitempty"`
 	Wait   int64  `json:"w,omitempty"` // fail: retry-after in ms
+	// Trace is the W3C traceparent of the leader's upstream fetch span
+	// (done and fail events of a traced leader), which a follower's span
+	// links to; "" when the leader does not trace. Instances that predate
+	// it ignore the field (encoding/json skips unknown names), and events
+	// of such instances lack it: followers then link to nothing.
+	Trace string `json:"tp,omitempty"`
 	// Doc is the landed document's encoding, carried inline when small, so
 	// that followers need no L2 read. On the wire it follows the JSON
 	// header and a newline (compact JSON has no raw newline).

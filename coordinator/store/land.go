@@ -23,7 +23,7 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 	if !cacheable || ttl < time.Millisecond {
 		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), r.resultTTL
 	}
-	ev := Event{Type: EventDone, Key: id, Token: l.Token(), Result: rkey, Drop: !cacheable}
+	ev := Event{Type: EventDone, Key: id, Token: l.Token(), Result: rkey, Drop: !cacheable, Trace: l.traceparent()}
 	if len(enc) <= r.inlineMax {
 		ev.Doc = enc
 	}
@@ -57,6 +57,9 @@ func (l *Lease) HandOff(ev Event) {
 	l.StopWatchdog()
 	r := l.r
 	ev.Key, ev.Token = l.id, l.token
+	if ev.Trace == "" && (ev.Type == EventDone || ev.Type == EventFail) {
+		ev.Trace = l.trace
+	}
 	if ev.Type == EventDone && ev.Result == "" {
 		ev.Result = r.docKey(l.id)
 	}

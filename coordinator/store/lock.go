@@ -117,6 +117,7 @@ type Lease struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
+	trace string // W3C traceparent its events carry (SetTrace); "" for none
 }
 
 // newToken returns a fresh random token: a lease's, a receipt's, a result

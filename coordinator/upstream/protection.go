@@ -118,8 +118,9 @@ func (p *Client) Fetch(ctx context.Context, fr FetchRequest, report func(Event))
 	if report == nil {
 		report = func(Event) {}
 	}
+	report = tracedReport(ctx, report)
 	for hop := 0; ; hop++ {
-		resp, err := p.fetchOne(ctx, fr, report)
+		resp, err := p.fetchOne(ctx, fr, hop, report)
 		if err != nil || hop == MaxRedirects {
 			return resp, err
 		}
@@ -171,8 +172,9 @@ func (p *Client) redirect(from string, resp *Response) (string, bool) {
 	return u.String(), true
 }
 
-// fetchOne fetches one url: the first attempt and its retries.
-func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, report func(Event)) (*Response, error) {
+// fetchOne fetches one url, redirect hop hop of the fetch: the first
+// attempt and its retries.
+func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report func(Event)) (*Response, error) {
 	rp := &p.up.Protection.Retry
 	p.budget.request(p.now())
 	var (
@@ -187,7 +189,9 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, report func(Even
 			}
 			return nil, aerr
 		}
-		resp, err = p.next.Fetch(ctx, fr, report)
+		actx, at := p.startAttempt(ctx, fr, attempt, hop)
+		resp, err = p.next.Fetch(actx, fr, report)
+		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
 		backoff := p.retryAfter(resp)

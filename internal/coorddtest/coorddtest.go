@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -70,6 +71,13 @@ type Options struct {
 	// Transport performs the instance's upstream requests (for tests that
 	// count them per instance). Default: the coordinator's own.
 	Transport http.RoundTripper
+	// TracerProvider traces the instance's engine (coordinator.Options);
+	// nil: no tracing. Trace the calls with GRPC (a stats handler) and
+	// WrapHTTP.
+	TracerProvider trace.TracerProvider
+	// WrapHTTP, when set, wraps the HTTP door's handler (Options.HTTP), as
+	// coordd wraps it in its tracing.
+	WrapHTTP func(http.Handler) http.Handler
 }
 
 // Start runs a coordd instance; it is stopped on cleanup.
@@ -106,7 +114,7 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var g *server.GRPC
 	var mu sync.Mutex
-	opts := coordinator.Options{Transport: o.Transport, OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Transport: o.Transport, TracerProvider: o.TracerProvider, OnRedisHealth: func(up bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if g != nil {
@@ -149,6 +157,9 @@ func Start(t testing.TB, o Options) *Instance {
 		h := g.HTTPHandler()
 		if reg != nil {
 			h = reg.InstrumentHTTP(h)
+		}
+		if o.WrapHTTP != nil {
+			h = o.WrapHTTP(h)
 		}
 		in.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = in.http.Serve(hl) }()
