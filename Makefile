@@ -101,6 +101,18 @@ deps:
 		fi; \
 	fi; \
 	haproxy -v | head -n 1
+	@# The status page's browser test (cmd/coordd, TestStatusPageBrowser)
+	@# drives headless Chromium.
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+		echo "chromium not found; installing it with apt-get (the status page's browser test needs it)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null); then \
+			echo "error: chromium is required by the status page's browser test and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install chromium; macOS: brew install --cask chromium) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@$$(command -v chromium || command -v chromium-browser) --version 2>/dev/null
 	@if ! command -v npm >/dev/null 2>&1; then \
 		echo "node/npm not found; installing them with apt-get (the TypeScript client's tests need Node.js >= 20)"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \

@@ -51,6 +51,7 @@ type Coordinator struct {
 	upstreamRequests atomic.Int64    // fetches this instance started, for tests and logs
 	timerWakeups     atomic.Int64    // followers woken by the lease timer instead of a push
 	ownTransport     *http.Transport // the transport New made, closed by Close
+	stats            statusCounters  // for Status (status.go)
 }
 
 // Options are the optional dependencies of New.
@@ -220,7 +221,7 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		report = func(Progress) {}
 	}
 	now := c.cfg.Now()
-	defer func() { c.observeGet(now, res, err) }()
+	defer func() { c.observeGet(t, now, res, err) }()
 	var notBefore time.Time // copies fetched before it are too old for this call
 	if opt.MaxAge > 0 {
 		notBefore = now.Add(-max(opt.MaxAge, c.cfg.MaxAgeFloor))
@@ -275,6 +276,8 @@ const (
 // wait waits for f on behalf of one caller: answered, or rejoin when f's
 // copy is older than the caller accepts.
 func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent func(*document.Document) bool, report func(Progress)) (step, *Result, error) {
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
 	seen := 0
 	for {
 		s := f.snapshot(seen)
@@ -317,6 +320,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 		return f, false
 	}
 	f = newFlight(t, seed)
+	f.started = c.cfg.Now()
 	f.tr.start(c.tr, ctx, t)
 	f.log = c.flightLog(ctx, t)
 	f.require(notBefore)
@@ -592,6 +596,7 @@ func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
 	c.upstreamRequests.Add(1)
+	c.stats.fetched(t.tenant, c.cfg.Now())
 	fctx, ft := f.tr.fetch(c.ctx, l)
 	resp, err := c.clients[t.upstream.Name].Fetch(fctx, fr, func(e upstream.Event) {
 		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})

@@ -49,6 +49,8 @@
 //	progress.go     Progress, Role, Stage, Source, Result
 //	errors.go       sentinel errors
 //	metrics.go      the Metrics interface and status accessors
+//	status.go       Status: a read-only snapshot for a status page
+//	window.go       the rolling counts behind Status
 //	config.go       Config, its defaults and validation
 //	trace.go        OpenTelemetry spans of flights, locks, fetches and landings (Options.TracerProvider)
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordd/coordd/coordinator/document"
@@ -29,6 +30,10 @@ type flight struct {
 	// fetch. Only the fill's goroutine touches it.
 	fallback *Result
 	tr       flightTrace // its span, when tracing (trace.go)
+	// started is when join started the flight (Config.Now); waiters counts
+	// the callers in wait for it. Both for Status only.
+	started time.Time
+	waiters atomic.Int64
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age

@@ -99,8 +99,10 @@ func orNop(m Metrics) Metrics {
 	return m
 }
 
-// observeGet reports a Get that started at start and returned res, err.
-func (c *Coordinator) observeGet(start time.Time, res *Result, err error) {
+// observeGet reports a Get of t that started at start and returned res,
+// err.
+func (c *Coordinator) observeGet(t Target, start time.Time, res *Result, err error) {
+	c.stats.served(t.tenant, c.cfg.Now(), res, err)
 	switch {
 	case errors.Is(err, context.Canceled):
 		c.m.Request("canceled")

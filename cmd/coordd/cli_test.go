@@ -185,6 +185,9 @@ func TestFlagsEnvFilePrecedence(t *testing.T) {
 			[]string{"--upstream", "c=http://flag.example", "--upstream", "d=http://flag2.example"}, func(o options) string {
 				return check(len(o.fc.Upstreams) == 2 && o.fc.Upstreams[0].Name == "c" && o.fc.Upstreams[1].Name == "d", o)
 			}},
+		{"env bool", map[string]string{"COORDD_PPROF": "true"}, nil, func(o options) string {
+			return check(o.fc.Pprof, o)
+		}},
 		{"actions not from env", map[string]string{"COORDD_VERSION": "v1.2.3", "COORDD_CHECK_CONFIG": "true"}, nil, func(o options) string {
 			return check(!o.version && !o.checkConfig, o)
 		}},
@@ -237,6 +240,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{"help", nil, []string{"--help"}, "help requested", 0},
 		{"bad env duration", map[string]string{"COORDD_DRAIN_DELAY": "soon"}, nil, `environment variable "COORDD_DRAIN_DELAY": invalid value "soon"`, 1},
 		{"bad env upstream", map[string]string{"COORDD_UPSTREAM": "nobase"}, nil, `--upstream "nobase"`, 1},
+		{"bad env bool", map[string]string{"COORDD_PPROF": "maybe"}, nil, `environment variable "COORDD_PPROF": invalid value "maybe"`, 1},
 		{"negative drain delay", nil, []string{"--drain-delay", "-1s"}, "drain_delay", 1},
 	}
 	for _, tt := range tests {

@@ -37,6 +37,12 @@ type fileConfig struct {
 	// Default (0): 10000. Negative: no cap.
 	MaxConcurrentCalls int `yaml:"max_concurrent_calls"`
 
+	// MetricsAuth gives the metrics listener (/metrics, /status,
+	// /debug/pprof) tokens of its own; required with tenants.
+	MetricsAuth *metricsAuthConfig `yaml:"metrics_auth"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
+	// listener. Default: false.
+	Pprof bool `yaml:"pprof"`
 	// Tracing exports OpenTelemetry traces (tracing.go). Default: off.
 	Tracing tracingConfig `yaml:"tracing"`
 

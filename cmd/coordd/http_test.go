@@ -33,7 +33,7 @@ func TestHTTPDoorConfig(t *testing.T) {
 	cert := ca.Server(t, "coordd")
 	up := fakeupstream.New(t)
 	addr, httpAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	const token = "door-token-0123456789"
+	const token, metricsToken = "door-token-0123456789", "door-metrics-token-0123"
 	yaml := fmt.Sprintf(`listen: %s
 http_listen: %s
 upstreams:
@@ -46,7 +46,9 @@ tenants:
   - name: team-a
     tokens: [%s]
     upstreams: [docs]
-`, addr, "127.0.0.1:1", up.URL(), cert.CertFile, cert.KeyFile, token)
+metrics_auth:
+  tokens: [%s]
+`, addr, "127.0.0.1:1", up.URL(), cert.CertFile, cert.KeyFile, token, metricsToken)
 	path := filepath.Join(t.TempDir(), "coordd.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -112,7 +114,9 @@ tenants:
 	if got := up.Count("/doc"); got != 1 {
 		t.Errorf("upstream requests = %d; want 1", got)
 	}
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

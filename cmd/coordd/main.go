@@ -144,6 +144,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
 	logLevel := fs.String("log-level", "", "least log `level` written: debug, info, warn or error (default info)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
+	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener (default: off)")
 	httpListen := fs.String("http-listen", "", "serve the HTTP door (GET /v1/documents, POST /v1/invalidate) at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
@@ -227,6 +228,9 @@ Flags:
 	if *httpListen != "" {
 		fc.HTTPListen = *httpListen
 	}
+	if *pprofOn {
+		fc.Pprof = true
+	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
 			return o, err
@@ -284,7 +288,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	ms, err := listenMetrics(fc.MetricsListen)
+	ms, err := listenMetrics(fc)
 	if err != nil {
 		return err
 	}
@@ -317,7 +321,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(append(grpcOpts, ms.grpcOptions()...), tr.grpcOptions()...)...)
-	ms.serve(c, g.Server, log)
+	ms.serve(c, g.Server, lis.Addr().String(), log)
 	door, err := listenHTTP(fc.HTTPListen, tr.instrumentHTTP(ms.instrumentHTTP(g.HTTPHandler())), httpTLS)
 	if err != nil {
 		_ = lis.Close()

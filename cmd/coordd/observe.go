@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/logctx"
 	"github.com/coordd/coordd/internal/metrics"
+	"github.com/coordd/coordd/internal/statuspage"
 )
 
 // newLogger returns coordd's logger: lines of format ("text", the default,
@@ -38,26 +40,59 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return slog.New(logctx.NewHandler(h)), nil
 }
 
-// metricsServer serves Prometheus metrics on /metrics. A nil
-// *metricsServer (no metrics_listen) does nothing.
+// metricsServer is the metrics listener: Prometheus metrics on /metrics,
+// the live status page on /status and /status.json (internal/statuspage),
+// and, with pprof, net/http/pprof under /debug/pprof/; all of it behind
+// metrics_auth's tokens when set. A nil *metricsServer (no metrics_listen)
+// does nothing.
 type metricsServer struct {
-	reg *metrics.Registry
-	lis net.Listener
-	srv *http.Server
+	reg    *metrics.Registry
+	lis    net.Listener
+	srv    *http.Server
+	tokens []string // metrics_auth's; none: open
+	pprof  bool
 }
 
-// listenMetrics listens on addr; nil for an empty addr. Listening before
-// anything else starts makes a bad address fail coordd at once.
-func listenMetrics(addr string) (*metricsServer, error) {
-	if addr == "" {
+// listenMetrics listens on fc's metrics_listen; nil when it is empty.
+// Listening before anything else starts makes a bad address fail coordd
+// at once; the tokens are read before that.
+func listenMetrics(fc fileConfig) (*metricsServer, error) {
+	tokens, err := fc.metricsTokens()
+	if err != nil {
+		return nil, err
+	}
+	if fc.MetricsListen == "" {
+		if fc.Pprof {
+			return nil, errors.New("config: pprof: needs metrics_listen (--metrics-listen), where /debug/pprof/ is served")
+		}
 		return nil, nil
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := net.Listen("tcp", fc.MetricsListen)
 	if err != nil {
 		return nil, fmt.Errorf("config: metrics_listen: %w", err)
 	}
 	reg := metrics.New()
-	return &metricsServer{reg: reg, lis: lis, srv: reg.HTTPServer()}, nil
+	return &metricsServer{reg: reg, lis: lis, srv: reg.HTTPServer(), tokens: tokens, pprof: fc.Pprof}, nil
+}
+
+// handler is everything the metrics listener serves for c: instance names
+// c in the status page's title.
+func (m *metricsServer) handler(c *coordinator.Coordinator, instance string, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.reg.Handler())
+	page := statuspage.Handler(c, instance, log)
+	mux.Handle(statuspage.PagePath, page)
+	mux.Handle(statuspage.JSONPath, page)
+	if m.pprof {
+		// Registered on this mux, not http.DefaultServeMux, so that
+		// importing net/http/pprof exposes nothing by itself.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return requireToken(m.tokens, mux)
 }
 
 // coordinatorMetrics is the coordinator.Options.Metrics to use.
@@ -76,13 +111,14 @@ func (m *metricsServer) grpcOptions() []grpc.ServerOption {
 	return m.reg.ServerOptions()
 }
 
-// serve exports c's and g's metrics and serves them until close.
-func (m *metricsServer) serve(c *coordinator.Coordinator, g *grpc.Server, log *slog.Logger) {
+// serve exports c's and g's metrics and serves the listener until close.
+func (m *metricsServer) serve(c *coordinator.Coordinator, g *grpc.Server, instance string, log *slog.Logger) {
 	if m == nil {
 		return
 	}
 	m.reg.Watch(c, g)
-	log.Info("metrics serving", "addr", m.lis.Addr().String(), "path", "/metrics")
+	m.srv.Handler = m.handler(c, instance, log)
+	log.Info("metrics serving", "addr", m.lis.Addr().String(), "paths", "/metrics /status /status.json", "pprof", m.pprof, "auth", len(m.tokens) > 0)
 	go func() {
 		if err := m.srv.Serve(m.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", "err", err)

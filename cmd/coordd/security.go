@@ -135,28 +135,11 @@ func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
 	var out []server.Tenant
 	for i, tc := range sc.Tenants {
 		field := fmt.Sprintf("config: tenants[%d] (%s)", i, tc.Name)
-		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: slices.Clone(tc.Tokens)}
-		if tc.TokensEnv != "" {
-			v, ok := os.LookupEnv(tc.TokensEnv)
-			if !ok {
-				return nil, fmt.Errorf("%s.tokens_env: $%s is not set", field, tc.TokensEnv)
-			}
-			t.Tokens = append(t.Tokens, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })...)
+		toks, err := readTokens(field, tc.TokensEnv, tc.TokensFile, tc.Tokens)
+		if err != nil {
+			return nil, err
 		}
-		if tc.TokensFile != "" {
-			b, err := os.ReadFile(tc.TokensFile)
-			if err != nil {
-				return nil, fmt.Errorf("%s.tokens_file: %w", field, err)
-			}
-			for line := range strings.Lines(string(b)) {
-				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-					t.Tokens = append(t.Tokens, line)
-				}
-			}
-		}
-		if len(t.Tokens) == 0 {
-			return nil, fmt.Errorf("%s: no tokens: set tokens_env, tokens_file or tokens", field)
-		}
+		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks}
 		switch {
 		case tc.Upstreams == nil:
 			return nil, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field)

@@ -130,6 +130,8 @@ type Shared interface {
 	Admit(ctx context.Context, upstream string, a store.Admit) (store.Admission, error)
 	Record(ctx context.Context, upstream string, r store.Record) (from, to string, err error)
 	BreakerState(ctx context.Context, upstream string) (string, error)
+	// GuardState reads the guard for a status page, changing nothing.
+	GuardState(ctx context.Context, upstream string, now time.Time) (store.GuardState, error)
 }
 
 // sharedGuard is the guard shared by every instance through a Shared

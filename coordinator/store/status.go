@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Mode names the kind of Redis deployment r talks to: "cluster" (Redis
+// Cluster), "sentinel" (a master found through Redis Sentinel) or "redis"
+// (one server, or a proxy in front of some).
+func (r *Redis) Mode() string {
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		return "cluster"
+	case *redis.Client:
+		// NewFailoverClient names its client's address so; go-redis offers
+		// no other way to tell a failover client from a plain one.
+		if c.Options().Addr == "FailoverClient" {
+			return "sentinel"
+		}
+	}
+	return "redis"
+}
+
+// guardStateScript reads upstream's shared guard without changing it:
+// {state, until µs, tat µs, backoff µs, now µs}, now being Redis's clock
+// (or ARGV[1]) so that the caller can tell how far off each time is.
+var guardStateScript = redis.NewScript(luaNow + `
+local v = redis.call('HMGET', KEYS[1], 'state', 'until', 'tat', 'backoff')
+return {v[1] or 'closed', v[2] or '0', v[3] or '0', v[4] or '0', fmt(now)}`)
+
+// GuardState is the shared guard of one upstream as a status page shows
+// it, its times measured from now by Redis's clock (or the one passed).
+type GuardState struct {
+	// Breaker is "closed", "half" (half-open) or "open".
+	Breaker string
+	// Until is, while open, how long until the breaker turns half-open;
+	// else 0.
+	Until time.Duration
+	// TAT is the rate limit's theoretical arrival time of the next
+	// request, from now: negative when the limit has been idle.
+	TAT time.Duration
+	// Backoff is how long the backoff the upstream asked for (Retry-After)
+	// still holds every slot; 0: none.
+	Backoff time.Duration
+}
+
+// GuardState reads upstream's shared guard in one round trip, read-only,
+// within ctx and the Redis timeout. now is the guard's clock (zero:
+// Redis's). It fails fast while Redis is down.
+func (r *Redis) GuardState(ctx context.Context, upstream string, now time.Time) (GuardState, error) {
+	var res []any
+	err := r.op(ctx, func(ctx context.Context) (err error) {
+		res, err = guardStateScript.Run(ctx, r.rdb, []string{r.guardKey(upstream)}, clock(now)).Slice()
+		return err
+	})
+	if err != nil {
+		return GuardState{}, err
+	}
+	if len(res) != 5 {
+		return GuardState{}, fmt.Errorf("%w: guard state script answered %v", ErrUnavailable, res)
+	}
+	var us [4]int64 // until, tat, backoff, now
+	for i := range us {
+		s, _ := res[i+1].(string)
+		if _, err := fmt.Sscan(s, &us[i]); err != nil {
+			return GuardState{}, fmt.Errorf("%w: guard state script answered %v", ErrUnavailable, res)
+		}
+	}
+	state, _ := res[0].(string)
+	at := func(t int64) time.Duration { return time.Duration(t-us[3]) * time.Microsecond }
+	g := GuardState{Breaker: state, TAT: at(us[1]), Backoff: max(at(us[2]), 0)}
+	if state == "open" {
+		g.Until = max(at(us[0]), 0)
+	}
+	return g, nil
+}

@@ -1,0 +1,97 @@
+package statuspage_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/statuspage"
+)
+
+// fixed is a Source of one Status.
+type fixed coordinator.Status
+
+func (f fixed) Status(context.Context) coordinator.Status { return coordinator.Status(f) }
+
+// TestPageAndJSON serves a Status with a hostile key: the page escapes it,
+// status.json carries the same data with nulls where a figure is unknown,
+// and both forbid loading anything from elsewhere. (The real thing, a
+// coordd under a cold burst in a browser, is cmd/coordd's
+// TestStatusPageBrowser and TestStatusJSON.)
+func TestPageAndJSON(t *testing.T) {
+	key := `<script>alert(1)</script>` + strings.Repeat("x", 200)
+	s := coordinator.Status{
+		Now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Flights: []coordinator.FlightStatus{{
+			ID: "0123abcd", Key: key, Upstream: "docs", Role: "leader", Stage: "fetching",
+			Age: 1500 * time.Millisecond, Waiters: 7, FollowersElsewhere: -1,
+		}},
+		Upstreams: []coordinator.UpstreamStatus{{Name: "docs", Guard: coordinator.GuardStatus{Scope: "cluster", Breaker: "open", NextProbe: 150 * time.Second, FreeSlots: -1}}},
+		Redis:     coordinator.RedisStatus{Mode: "cluster", Healthy: true},
+		Windows:   []coordinator.WindowStatus{{Span: time.Minute, Counts: coordinator.Counts{Calls: 10, L1: 4}}},
+		Tenants:   []coordinator.TenantStatus{{Tenant: "", Calls: 10}},
+	}
+	srv := httptest.NewServer(statuspage.Handler(fixed(s), "test-instance", slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	resp, page := get(statuspage.PagePath)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("page: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if strings.Contains(page, "<script>alert(1)") || !strings.Contains(page, "&lt;script&gt;alert(1)") {
+		t.Errorf("the key is not escaped in the page")
+	}
+	for _, want := range []string{"test-instance", `data-id="0123abcd"`, `<td class="num waiters">7</td>`, ">open<", "2m30s", "(default)", "cluster", "0.40"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Errorf("Content-Security-Policy = %q; want nothing from elsewhere", csp)
+	}
+
+	resp, body := get(statuspage.JSONPath)
+	if resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("status.json Content-Type = %q", resp.Header.Get("Content-Type"))
+	}
+	var v statuspage.View
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	f := v.Flights[0]
+	if f.Waiters != 7 || f.FollowersElsewhere != nil || f.AgeSeconds != 1.5 || len([]rune(f.Key)) != 96 || !strings.HasPrefix(f.Key, "<script>") {
+		t.Errorf("flight = %+v; want 7 waiters, followers unknown, 1.5s, the key shortened to 96 runes", f)
+	}
+	u := v.Upstreams[0]
+	if u.Breaker != "open" || u.NextProbeSeconds != 150 || u.FreeSlots != nil {
+		t.Errorf("upstream = %+v; want open, probe in 150s, no rate limit (free slots null)", u)
+	}
+	if w := v.Windows[0]; w.Span != "1m" || w.ServedPerUpstream != nil || w.L1HitRatio == nil || *w.L1HitRatio != 0.4 {
+		t.Errorf("window = %+v; want 1m, no ratio without fetches, 0.4 from L1", w)
+	}
+	for _, null := range []string{`"followers_elsewhere": null`, `"free_slots": null`, `"served_per_upstream_request": null`} {
+		if !strings.Contains(body, null) {
+			t.Errorf("status.json lacks %s", null)
+		}
+	}
+	if resp, _ := get("/status/other"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/status/other: %d; want 404", resp.StatusCode)
+	}
+}
