@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/logctx"
 	"github.com/coordd/coordd/server"
@@ -21,7 +22,7 @@ import (
 
 // waitLogLine waits until logs hold a line with every one of want as a
 // whole field (key=value, or a word), and returns it.
-func waitLogLine(t *testing.T, ctx context.Context, logs *syncBuffer, want ...string) string {
+func waitLogLine(t *testing.T, ctx context.Context, logs *coordtest.SyncBuffer, want ...string) string {
 	t.Helper()
 	for {
 		for line := range strings.SplitSeq(logs.String(), "\n") {
@@ -51,7 +52,7 @@ func TestCallerGoneIsCanceled(t *testing.T) {
 	release := make(chan struct{})
 	u.Set("/held", fakeupstream.Behavior{Block: release})
 	u.Set("/held-http", fakeupstream.Behavior{Block: release})
-	var logs syncBuffer
+	var logs coordtest.SyncBuffer
 	log := slog.New(logctx.NewHandler(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	in := coorddtest.Start(t, coorddtest.Options{Metrics: true, HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
