@@ -71,7 +71,8 @@ check-generated:
 # redis-server and haproxy (apt-get where possible), the Python client's
 # runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3)
 # and its stub generator (protoc 3.21 and grpc_python_plugin), and the
-# TypeScript client's npm packages.
+# TypeScript client's npm packages, and promtool (Debian's prometheus
+# package) for the alert rules' tests.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found; installing it with apt-get"; \
@@ -137,6 +138,17 @@ deps:
 		$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip >/dev/null || { \
 			echo "error: the Python client's install test needs python3-venv, python3-setuptools and python3-pip." >&2; exit 1; }; }
 	@protoc --version
+	@# promtool checks and unit-tests deploy/prometheus/alerts.yml (deploy's TestAlertRules).
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		echo "promtool not found; installing Debian's prometheus package with apt-get (the alert rules' tests need promtool)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null); then \
+			echo "error: promtool is required by the alert rules' tests (deploy/) and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install prometheus; or a promtool from prometheus.io on PATH) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@promtool --version 2>&1 | head -n 1
 
 # test is the one command that runs every test: generated code checked
 # against the protos, go test -race (cmd/mdn-mcp runs the built TypeScript

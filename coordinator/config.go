@@ -30,47 +30,49 @@ const MaxRedirects = upstream.MaxRedirects
 func DefaultUpstream() Upstream { return upstream.Default() }
 
 // Config configures a Coordinator. Zero fields take the defaults written
-// beside them.
+// beside them. Its yaml tags, and those of Upstream and Protection, are
+// the keys of coordd's configuration file, which decodes straight into
+// it; validation errors name fields by them ("upstreams[0] (mdn).ttl").
 type Config struct {
 	// Upstreams lists the upstreams callers may fetch from. Default: MDN
 	// (DefaultUpstream).
-	Upstreams []Upstream
+	Upstreams []Upstream `yaml:"upstreams"`
 	// L1MaxBytes bounds the in-memory cache. Default: 256 MiB.
-	L1MaxBytes int64
+	L1MaxBytes int64 `yaml:"l1_max_bytes"`
 	// LockTTL is the lease of the cross-instance fill lock; a watchdog
 	// extends it every LockTTL/3 while the fetch runs, and a holder that
 	// dies or is cut off from Redis loses it at most LockTTL after its
 	// last extension, when a follower elsewhere takes over. Shorter bounds
 	// that wait; longer rides out longer Redis stalls (two extensions in a
 	// row must fail for a live holder to lose it). Default: 2s.
-	LockTTL time.Duration
+	LockTTL time.Duration `yaml:"lock_ttl"`
 	// RedisTimeout bounds each Redis operation on the request path, so that
 	// no caller waits on a dead or frozen Redis. Default: 500ms.
-	RedisTimeout time.Duration
+	RedisTimeout time.Duration `yaml:"redis_timeout"`
 	// RedisRetryInterval is how often a degraded coordinator probes Redis to
 	// recover. Default: 500ms.
-	RedisRetryInterval time.Duration
+	RedisRetryInterval time.Duration `yaml:"redis_retry_interval"`
 	// KeyPrefix prefixes every Redis key and channel. Default: "coordd:".
-	KeyPrefix string
+	KeyPrefix string `yaml:"key_prefix"`
 	// ResultTTL is how long a leader keeps an uncacheable answer (a 403,
 	// say) in Redis for followers on other instances. Default: 30s.
-	ResultTTL time.Duration
+	ResultTTL time.Duration `yaml:"result_ttl"`
 	// MaxAgeFloor is the smallest max_age honoured: a caller's shorter
 	// max_age is raised to it, so that no caller can turn every call into
 	// an upstream request. Default: 5s. Negative: no floor.
-	MaxAgeFloor time.Duration
+	MaxAgeFloor time.Duration `yaml:"max_age_floor"`
 	// RefreshCooldown is how long, after a background refresh of a stale
 	// copy failed, stale hits serve that copy without starting another
 	// refresh. Default: 5s. Negative: none.
-	RefreshCooldown time.Duration
+	RefreshCooldown time.Duration `yaml:"refresh_cooldown"`
 	// InlineMaxBytes is the largest document (encoded) carried inside the
 	// completion event, so that followers on other instances need no L2
 	// read. Default: 32 KiB. Negative: never inline.
-	InlineMaxBytes int
+	InlineMaxBytes int `yaml:"inline_max_bytes"`
 	// Logger receives structured logs. Default: slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger `yaml:"-"`
 	// Now is the clock. Default: time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 func (c *Config) setDefaults() {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -18,8 +19,9 @@ import (
 // configured name.
 type Metrics interface {
 	// Request counts a Get that returned, by where its answer came from:
-	// "l1", "l2", "upstream", "stale" (a stale copy, from either tier) or
-	// "error".
+	// "l1", "l2", "upstream", "stale" (a stale copy, from either tier),
+	// "canceled" (the caller canceled or went away first: no error of
+	// coordd's) or "error".
 	Request(source string)
 	// Follower counts a wait for a fetch that someone else started, by
 	// scope: "local", a call that joined this instance's flight of its
@@ -111,6 +113,8 @@ func orNop(m Metrics) Metrics {
 func (c *Coordinator) observeGet(t Target, start time.Time, res *Result, err error) {
 	c.stats.served(t.tenant, c.cfg.Now(), res, err)
 	switch {
+	case errors.Is(err, context.Canceled):
+		c.m.Request("canceled")
 	case err != nil:
 		c.m.Request("error")
 	case res.Stale:

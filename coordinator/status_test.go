@@ -4,25 +4,14 @@ import (
 	"context"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
-
-// fakeClock is a Config.Now the test moves.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // waitStatus polls c.Status until ok accepts it: the flights it waits for
 // are started by goroutines, and Status is what is under test.
@@ -51,7 +40,7 @@ func TestStatusSingleNode(t *testing.T) {
 	up := fakeupstream.New(t)
 	release := make(chan struct{})
 	up.Set("/held", fakeupstream.Behavior{Block: release})
-	clock := newFakeClock()
+	clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	c, err := coordinator.New(coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}},
 		Now:       clock.Now,

@@ -111,7 +111,8 @@ func TestDocLinks(t *testing.T) {
 }
 
 // TestAlertRunbooks: every alert rule's runbook_url (relative to the
-// repository root) names a section of docs/observability.md that exists.
+// repository root) names a section of docs/observability.md or
+// docs/operations.md that exists, the one headed with the alert's name.
 func TestAlertRunbooks(t *testing.T) {
 	b, err := os.ReadFile("prometheus/alerts.yml")
 	if err != nil {
@@ -128,21 +129,28 @@ func TestAlertRunbooks(t *testing.T) {
 	if err := yaml.Unmarshal(b, &rules); err != nil {
 		t.Fatal(err)
 	}
-	doc, err := os.ReadFile("../docs/observability.md")
-	if err != nil {
-		t.Fatal(err)
+	anchors := map[string]map[string]bool{} // runbook file → its anchors
+	for _, f := range []string{"docs/observability.md", "docs/operations.md"} {
+		doc, err := os.ReadFile("../" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchors[f] = markdownAnchors(string(doc))
 	}
-	anchors := markdownAnchors(string(doc))
 	n := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			n++
 			url := r.Annotations["runbook_url"]
-			if want := "docs/observability.md#" + githubSlug(r.Alert); url != want {
-				t.Errorf("alert %s: runbook_url %q; want %q", r.Alert, url, want)
-			}
-			if _, anchor, _ := strings.Cut(url, "#"); !anchors[anchor] {
-				t.Errorf("alert %s: runbook_url %q: docs/observability.md has no such heading", r.Alert, url)
+			file, anchor, _ := strings.Cut(url, "#")
+			a, ok := anchors[file]
+			switch {
+			case !ok:
+				t.Errorf("alert %s: runbook_url %q; want docs/observability.md#… or docs/operations.md#…", r.Alert, url)
+			case anchor != githubSlug(r.Alert):
+				t.Errorf("alert %s: runbook_url %q; want the anchor #%s, its section", r.Alert, url, githubSlug(r.Alert))
+			case !a[anchor]:
+				t.Errorf("alert %s: runbook_url %q: %s has no such heading", r.Alert, url, file)
 			}
 			if _, ok := r.Annotations["runbook"]; ok {
 				t.Errorf("alert %s: a runbook annotation; the convention is runbook_url", r.Alert)

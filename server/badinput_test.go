@@ -25,6 +25,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 )
 
@@ -201,7 +202,7 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 		burst, perSecond = 20, 10
 	)
 	u := fakeupstream.New(t)
-	var buf syncBuffer
+	var buf coordtest.SyncBuffer
 	start := time.Now() // the log limiter starts full no earlier than this
 	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},

@@ -273,16 +273,9 @@ func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 // one fake upstream.
 func clusterFleet(t *testing.T, rc *redistest.Cluster, n int) *fleet {
 	t.Helper()
-	fl := &fleet{up: fakeupstream.New(t)}
-	for range n {
-		in := coorddtest.Start(t, coorddtest.Options{
-			RedisClient: rc.Client(t),
-			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}},
-		})
-		fl.instances = append(fl.instances, in)
-		fl.clients = append(fl.clients, in.Dial(t))
-	}
-	return fl
+	return newFleet(coorddtest.StartFleet(t, n, coorddtest.FleetOptions{
+		RedisClient: func(coordinator.Config) redis.UniversalClient { return rc.Client(t) },
+	}))
 }
 
 // TestRedisClusterFailover: three coordd instances on a Redis Cluster of
@@ -410,22 +403,17 @@ func TestRedisClusterFailoverWithoutShardChannel(t *testing.T) {
 // counted upstream requests.
 func failoverFleet(t *testing.T, rc *redistest.Cluster) *fleet {
 	t.Helper()
-	fl := &fleet{up: fakeupstream.New(t)}
-	for range 3 {
-		tr := &countingTransport{n: make(map[string]int)}
-		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}}
-		fastRedis(&cfg)
-		countPerCall(&cfg)
-		rdb := rc.Client(t, func(o *redis.ClusterOptions) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
-			o.ContextTimeoutEnabled = true
-		})
-		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr, Metrics: true})
-		fl.instances = append(fl.instances, in)
-		fl.clients = append(fl.clients, in.Dial(t))
-		fl.fetches = append(fl.fetches, tr)
-	}
-	return fl
+	return newFleet(coorddtest.StartFleet(t, 3, coorddtest.FleetOptions{
+		Tune:         func(cfg *coordinator.Config) { fastRedis(cfg); countPerCall(cfg) },
+		CountFetches: true,
+		Metrics:      true,
+		RedisClient: func(cfg coordinator.Config) redis.UniversalClient {
+			return rc.Client(t, func(o *redis.ClusterOptions) {
+				o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
+				o.ContextTimeoutEnabled = true
+			})
+		},
+	}))
 }
 
 // burstWithin is burst with every call's deadline failoverCallTimeout away.

@@ -17,6 +17,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // TestWatchdogHoldsLeaseForSlowUpstream: an upstream slower than the lock
@@ -218,7 +219,7 @@ func TestManyKeysWithCancellations(t *testing.T) {
 // serves it at once to a burst of callers; exactly one instance refreshes
 // it (stale-while-revalidate under the fill lock).
 func TestStaleRefreshedByOneInstance(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 3, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -283,7 +284,7 @@ func TestStuckReaderBlocksNoOne(t *testing.T) {
 // TestMaxAge: a caller's max_age refuses older copies, fresh or stale, in
 // L1 and L2; the newer copy is fetched once for everyone who needs it.
 func TestMaxAge(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = 10 * time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

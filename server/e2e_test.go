@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // cluster is n coordd instances sharing one real Redis, in front of one
@@ -30,19 +31,13 @@ type cluster struct {
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
+// startCluster starts a Redis and n instances on it (coorddtest.StartFleet),
+// each configured by tune when it is set.
 func startCluster(t testing.TB, n int, tune func(*coordinator.Config)) *cluster {
 	t.Helper()
-	cl := &cluster{redis: redistest.Start(t), up: fakeupstream.New(t)}
-	for range n {
-		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
-		if tune != nil {
-			tune(&cfg)
-		}
-		in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
-		cl.instances = append(cl.instances, in)
-		cl.clients = append(cl.clients, in.Dial(t))
-	}
-	return cl
+	rs := redistest.Start(t)
+	f := coorddtest.StartFleet(t, n, coorddtest.FleetOptions{RedisURL: rs.URL(), Tune: tune})
+	return &cluster{redis: rs, up: f.Up, instances: f.Instances, clients: f.Clients}
 }
 
 func (cl *cluster) url(path string) string { return cl.up.URL() + path }
@@ -224,7 +219,7 @@ func TestBodyOverLimitFailsAndIsNotCached(t *testing.T) {
 }
 
 func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
@@ -274,7 +269,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 
 func TestStaleIfErrorFromL2(t *testing.T) {
 	// A stale copy another instance stored in Redis is served on error.
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx := context.Background()
 	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
@@ -298,7 +293,7 @@ func TestStaleIfErrorFromL2(t *testing.T) {
 // conditional request. It used to fetch as if the key were cold, and
 // failed with the upstream.
 func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
-	rs, up, clk := redistest.Start(t), fakeupstream.New(t), newTestClock()
+	rs, up, clk := redistest.Start(t), fakeupstream.New(t), testclock.New(time.Now())
 	cfg := coordinator.Config{Now: clk.Now, Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL(), TTL: time.Minute}}}
 	countPerCall(&cfg)
 	const path = "/late-land"

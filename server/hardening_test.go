@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // Tests of the coordination protocol's hardening: failed writes and lost
@@ -173,7 +174,7 @@ func TestInvalidateFencesFillInFlight(t *testing.T) {
 // TestInvalidateWithdrawsFlightsStaleCopy: while a refresh runs, its
 // stale copy is offered to new callers; after Invalidate, it is not.
 func TestInvalidateWithdrawsFlightsStaleCopy(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.Upstreams[0].TTL = time.Minute
@@ -234,7 +235,7 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 // TestOlderL2CopyNeverReplacesNewerL1: an instance whose L1 holds a newer
 // copy than L2 (its L2 write was refused) keeps serving the newer one.
 func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.Upstreams[0].TTL = time.Minute
@@ -290,7 +291,7 @@ func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
 // TestMaxAgeFloor: a max_age under the floor is raised to it, so that
 // callers cannot turn every call into an upstream request.
 func TestMaxAgeFloor(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Now = clk.Now; c.MaxAgeFloor = 10 * time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -317,7 +318,7 @@ func TestMaxAgeFloor(t *testing.T) {
 // not take slots ahead of them: they are refused (or served) at once,
 // and every cold miss is answered.
 func TestBypassDoesNotQueueAheadOfColdMisses(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.MaxAgeFloor = time.Second
@@ -422,7 +423,7 @@ func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
 // something uncacheable (here a 403) stops being served from its old copy,
 // on this instance (L1) and the others (L2).
 func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.Upstreams[0].TTL = time.Minute
@@ -471,7 +472,7 @@ func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
 // hits serve the stale copy without asking the upstream again on every
 // hit, until refresh_cooldown has passed.
 func TestFailedRefreshCoolsDown(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.Upstreams[0].TTL = time.Minute

@@ -157,7 +157,7 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	res, err := h.s.c.Get(ctx, t, opt)
 	if err != nil {
-		return toStatus(err)
+		return toStatus(callerGone(ctx, err))
 	}
 	d := res.Doc
 	hd := w.Header()

@@ -18,6 +18,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/logctx"
 	"github.com/coordd/coordd/server"
@@ -177,7 +178,7 @@ func TestHTTPAndGRPCShareOneFlight(t *testing.T) {
 // matching If-None-Match gets 304, and a 404 is a document.
 func TestHTTPDocumentHeaders(t *testing.T) {
 	u := fakeupstream.New(t)
-	var logs syncBuffer
+	var logs coordtest.SyncBuffer
 	log := slog.New(logctx.NewHandler(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},

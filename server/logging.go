@@ -39,11 +39,13 @@ func callerCode(c codes.Code) bool {
 }
 
 // callLevel is the level of a finished call's line: debug for a success
-// (the hot path), at most WARN for a caller's error, and the middleware's
-// default otherwise (ERROR for INTERNAL, UNAVAILABLE, ...).
+// (the hot path) and for a caller that canceled or hung up (nothing went
+// wrong in coordd, and no one is left to tell), at most WARN for a
+// caller's error, and the middleware's default otherwise (ERROR for
+// INTERNAL, UNAVAILABLE, ...).
 func callLevel(c codes.Code) logging.Level {
 	switch {
-	case c == codes.OK:
+	case c == codes.OK, c == codes.Canceled:
 		return logging.LevelDebug
 	case callerCode(c):
 		return min(logging.DefaultServerCodeToLevel(c), logging.LevelWarn)

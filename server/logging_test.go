@@ -14,7 +14,7 @@ func TestCallLevel(t *testing.T) {
 	}{
 		{codes.OK, logging.LevelDebug},
 		{codes.InvalidArgument, logging.LevelInfo},
-		{codes.Canceled, logging.LevelInfo},
+		{codes.Canceled, logging.LevelDebug},
 		{codes.PermissionDenied, logging.LevelWarn},
 		{codes.ResourceExhausted, logging.LevelWarn},
 		{codes.Unimplemented, logging.LevelWarn},

@@ -127,8 +127,8 @@ func TestRedirectHopsPassTheGuard(t *testing.T) {
 		if got := cl.up.RequestURIs(); !slices.Equal(got, paths) {
 			t.Errorf("upstream request targets = %q; want %q", got, paths)
 		}
-		ts := arrivals(cl.up, "/paced")
-		most := maxInWindow(ts, time.Second-arrivalJitter)
+		ts := cl.up.Arrivals("/paced")
+		most := fakeupstream.MaxInWindow(ts, time.Second-fakeupstream.ArrivalJitter)
 		t.Logf("%d requests (1 + %d redirects) over %v; at most %d in any 1s window (rate_limit %d)",
 			len(ts), len(ts)-1, ts[len(ts)-1].Sub(ts[0]).Round(time.Millisecond), most, rate)
 		if most > rate+1 {

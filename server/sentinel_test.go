@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -18,32 +17,18 @@ import (
 	"github.com/coordd/coordd/internal/redistest"
 )
 
-// countingTransport counts one instance's upstream requests per path.
-type countingTransport struct {
-	mu sync.Mutex // protects n
-	n  map[string]int
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.mu.Lock()
-	c.n[r.URL.Path]++
-	c.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-func (c *countingTransport) count(path string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[path]
-}
-
 // fleet is coordd instances, each with its own Redis client and counted
-// upstream requests, in front of one fake upstream.
+// upstream requests, in front of one fake upstream: a coorddtest.Fleet
+// with the failover tests' methods.
 type fleet struct {
 	up        *fakeupstream.Upstream
 	instances []*coorddtest.Instance
 	clients   []coorddv1.CoordinatorServiceClient
-	fetches   []*countingTransport
+	fetches   []*coorddtest.CountingTransport
+}
+
+func newFleet(f *coorddtest.Fleet) *fleet {
+	return &fleet{up: f.Up, instances: f.Instances, clients: f.Clients, fetches: f.Fetches}
 }
 
 // burst calls GetOrFetch perInstance times for each path on every
@@ -134,7 +119,7 @@ func (fl *fleet) checkFetchedAtMostOnce(t *testing.T, paths []string) {
 	t.Helper()
 	for _, p := range paths {
 		for k, tr := range fl.fetches {
-			if got := tr.count(p); got > 1 {
+			if got := tr.Count(p); got > 1 {
 				t.Errorf("during the failover: instance %d fetched %s %d times; want at most 1", k, p, got)
 			}
 		}
@@ -165,21 +150,17 @@ func keyPaths(prefix string, n int) []string {
 // follower woken by a push.
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinel(t, 1, 3)
-	fl := &fleet{up: fakeupstream.New(t)}
-	for range 3 {
-		tr := &countingTransport{n: make(map[string]int)}
-		cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: fl.up.URL()}}}
-		fastRedis(&cfg)
-		countPerCall(&cfg)
-		rdb := s.Client(t, func(o *redis.FailoverOptions) {
-			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
-			o.ContextTimeoutEnabled = true
-		})
-		in := coorddtest.Start(t, coorddtest.Options{RedisClient: rdb, Config: cfg, Transport: tr, Metrics: true})
-		fl.instances = append(fl.instances, in)
-		fl.clients = append(fl.clients, in.Dial(t))
-		fl.fetches = append(fl.fetches, tr)
-	}
+	fl := newFleet(coorddtest.StartFleet(t, 3, coorddtest.FleetOptions{
+		Tune:         func(cfg *coordinator.Config) { fastRedis(cfg); countPerCall(cfg) },
+		CountFetches: true,
+		Metrics:      true,
+		RedisClient: func(cfg coordinator.Config) redis.UniversalClient {
+			return s.Client(t, func(o *redis.FailoverOptions) {
+				o.DialTimeout, o.ReadTimeout, o.WriteTimeout = cfg.RedisTimeout, cfg.RedisTimeout, cfg.RedisTimeout
+				o.ContextTimeoutEnabled = true
+			})
+		},
+	}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -227,7 +227,7 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		},
 	})
 	if err != nil {
-		return toStatus(err)
+		return toStatus(callerGone(ctx, err))
 	}
 	d := res.Doc
 	now := s.c.Now()
@@ -245,11 +245,11 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
 	}
 	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
-		return err
+		return sendFailed(ctx, err)
 	}
 	for _, f := range frames(d) {
 		if err := stream.SendMsg(f); err != nil {
-			return err
+			return sendFailed(ctx, err)
 		}
 	}
 	return nil
@@ -283,7 +283,7 @@ func (s *Server) invalidate(ctx context.Context, p *principal, url, key string) 
 	for _, t := range ts {
 		existed, err := s.c.Invalidate(ctx, t)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, toStatus(callerGone(ctx, err))
 		}
 		resp.Existed = resp.Existed || existed
 	}

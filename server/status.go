@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -52,4 +54,46 @@ func toStatus(err error) error {
 		}
 	}
 	return st.Err()
+}
+
+// callerGone returns err as the caller's doing when the call's context ctx
+// has ended: Canceled when the caller canceled or hung up, DeadlineExceeded
+// when its deadline passed, whatever failed inside meanwhile (a Redis read
+// cut short, say). Such calls are not coordd's errors: they log at DEBUG
+// and stay out of the error ratio (docs/observability.md). err is kept in
+// the message.
+func callerGone(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ctx.Err(), err)
+}
+
+// sendGoneWait bounds sendFailed's wait for the stream's context to end.
+const sendGoneWait = 5 * time.Second
+
+// sendFailed returns the status of a call whose Send to the caller failed
+// with err. A Send fails when the stream is gone: the caller canceled or
+// closed its connection (or a hard stop cut it). grpc-go then answers
+// UNAVAILABLE "transport is closing" when the connection went, and cancels
+// the stream's context an instant later (http2Server.Close closes the
+// transport before it cancels its streams); it waits for that, bounded, so
+// that a hang-up reads as Canceled like a cancel. Any other failure (a
+// message over the size limit) is returned as is.
+func sendFailed(ctx context.Context, err error) error {
+	if status.Code(err) == codes.Unavailable {
+		t := time.NewTimer(sendGoneWait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return err
 }

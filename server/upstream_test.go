@@ -3,9 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +16,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
 // TestUpstreamHeadersSanitized: an upstream header coordd stores and
@@ -94,7 +92,7 @@ func TestUpstreamHeadersSanitized(t *testing.T) {
 // revalidated without If-None-Match (a repaired ETag would not match the
 // upstream's) and with If-Modified-Since.
 func TestDroppedETagNotSentBack(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Now = clk.Now })
 	const lastMod = "Wed, 21 Oct 2026 07:28:00 GMT"
 	cl.up.Set("/p", fakeupstream.Behavior{ETag: "\"caf\xe9\""}.WithHeader("Last-Modified", lastMod))
@@ -117,61 +115,13 @@ func TestDroppedETagNotSentBack(t *testing.T) {
 	}
 }
 
-// TestHugeRetryAfterBacksOff: a 429 with a Retry-After too large for a
-// Duration (it overflowed to a negative one: no backoff, immediate retries)
-// backs the upstream off for retry_after_cap, on this instance and on the
-// others: the fetch is not retried, and a call for another path is refused
-// at once without reaching the upstream.
-func TestHugeRetryAfterBacksOff(t *testing.T) {
-	for _, shared := range []bool{false, true} {
-		name := map[bool]string{false: "single-node", true: "shared"}[shared]
-		t.Run(name, func(t *testing.T) {
-			u := fakeupstream.New(t)
-			u.Set("/ra", fakeupstream.Status(http.StatusTooManyRequests).WithHeader("Retry-After", "9223372037"))
-			cfg := protConfig(u, coordinator.Protection{RetryAfterCap: time.Hour}, nil)
-			var a, b *coordinator.Coordinator // b is asked for the other path
-			if shared {
-				rs := redistest.Start(t)
-				a = coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
-				b = coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
-			} else {
-				a = protNew(t, cfg)
-				b = a
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if _, err := protGet(ctx, a, u.URL()+"/ra", "", coordinator.GetOptions{}); !errors.Is(err, coordinator.ErrUnavailable) {
-				t.Fatalf("429: err = %v; want ErrUnavailable", err)
-			}
-			if got := u.Count("/ra"); got != 1 {
-				t.Errorf("upstream requests after the 429 = %d; want 1 (the retry would come after the wait bound)", got)
-			}
-			var waited time.Duration
-			_, err := protGet(ctx, b, u.URL()+"/other", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
-				if p.Stage == coordinator.StageRateLimited {
-					waited = p.Wait
-				}
-			}})
-			if !errors.Is(err, coordinator.ErrRateLimited) {
-				t.Fatalf("other path: err = %v; want ErrRateLimited", err)
-			}
-			if got := u.Count("/other"); got != 0 {
-				t.Errorf("other path reached the upstream %d times; want 0", got)
-			}
-			if waited < 59*time.Minute {
-				t.Errorf("reported wait %v; want about the 1h retry_after_cap", waited)
-			}
-		})
-	}
-}
-
 // TestCacheControlStaleServing: once a copy is past its fresh lifetime
 // and the upstream fails, a must-revalidate (or proxy-revalidate) copy is
 // not served stale, neither from L1 (stale-while-revalidate) nor from L2
 // (stale-if-error): the call fails UNAVAILABLE. A no-cache copy is served
 // only by stale-if-error; a plain one by either.
 func TestCacheControlStaleServing(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now
@@ -221,7 +171,7 @@ func TestCacheControlStaleServing(t *testing.T) {
 // stale_ttl, for a conditional request. Both used to last all of
 // stale_ttl.
 func TestStaleWindowsFromCacheControl(t *testing.T) {
-	clk := newTestClock()
+	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) {
 		countPerCall(c)
 		c.Now = clk.Now

@@ -14,8 +14,14 @@ import (
 	"github.com/coordd/coordd/coordinator"
 )
 
-// fileConfig is coordd's YAML configuration. See docs/configuration.md for each field.
+// fileConfig is coordd's YAML configuration: the coordinator's own
+// (coordinator.Config, whose yaml tags name its keys: one definition, so
+// that its validation errors name the file's keys), and the fields only
+// the coordd binary has: listeners, Redis, logging, shutdown, security.
+// docs/configuration.md documents each field.
 type fileConfig struct {
+	coordinator.Config `yaml:",inline"`
+
 	Listen        string          `yaml:"listen"`
 	Redis         string          `yaml:"redis"`
 	RedisCluster  []string        `yaml:"redis_cluster"`
@@ -26,16 +32,6 @@ type fileConfig struct {
 	HTTPListen    string          `yaml:"http_listen"`    // the HTTP door's address (server.GRPC.HTTPHandler). Default: none.
 	ShutdownGrace time.Duration   `yaml:"shutdown_grace"`
 	DrainDelay    time.Duration   `yaml:"drain_delay"`
-	L1MaxBytes    int64           `yaml:"l1_max_bytes"`
-	LockTTL       time.Duration   `yaml:"lock_ttl"`
-	RedisTimeout  time.Duration   `yaml:"redis_timeout"`
-	KeyPrefix     string          `yaml:"key_prefix"`
-	// Hardening knobs; see coordinator.Config.
-	RedisRetryInterval time.Duration    `yaml:"redis_retry_interval"`
-	MaxAgeFloor        time.Duration    `yaml:"max_age_floor"`
-	RefreshCooldown    time.Duration    `yaml:"refresh_cooldown"`
-	InlineMaxBytes     int              `yaml:"inline_max_bytes"`
-	Upstreams          []upstreamConfig `yaml:"upstreams"`
 
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.
@@ -84,17 +80,6 @@ func (fc *fileConfig) validateRedis() error {
 	return nil
 }
 
-type upstreamConfig struct {
-	Name             string        `yaml:"name"`
-	BaseURL          string        `yaml:"base_url"`
-	TTL              time.Duration `yaml:"ttl"`
-	StaleTTL         time.Duration `yaml:"stale_ttl"`
-	Timeout          time.Duration `yaml:"timeout"`
-	MaxBodyBytes     int64         `yaml:"max_body_bytes"`
-	NegativeTTL      time.Duration `yaml:"negative_ttl"`
-	protectionConfig `yaml:",inline"`
-}
-
 // readConfig parses YAML, refusing unknown fields so that a typo names
 // itself instead of being ignored.
 func readConfig(r io.Reader) (fileConfig, error) {
@@ -132,7 +117,7 @@ func (fc *fileConfig) addUpstreamFlag(v string) error {
 			return nil
 		}
 	}
-	fc.Upstreams = append(fc.Upstreams, upstreamConfig{Name: name, BaseURL: base})
+	fc.Upstreams = append(fc.Upstreams, coordinator.Upstream{Name: name, BaseURL: base})
 	return nil
 }
 
@@ -149,28 +134,8 @@ func (fc *fileConfig) upstreamNames() []string {
 	return names
 }
 
-// coordinatorConfig translates the file's fields to the coordinator's.
+// coordinatorConfig is the coordinator's part of the configuration;
+// coordinator.New validates it, naming the bad field by its key.
 func (fc *fileConfig) coordinatorConfig() (coordinator.Config, error) {
-	cfg := coordinator.Config{
-		L1MaxBytes:   fc.L1MaxBytes,
-		LockTTL:      fc.LockTTL,
-		RedisTimeout: fc.RedisTimeout,
-		KeyPrefix:    fc.KeyPrefix,
-
-		RedisRetryInterval: fc.RedisRetryInterval,
-		MaxAgeFloor:        fc.MaxAgeFloor,
-		RefreshCooldown:    fc.RefreshCooldown,
-		InlineMaxBytes:     fc.InlineMaxBytes,
-	}
-	for i, u := range fc.Upstreams {
-		p, err := u.protectionConfig.protection()
-		if err != nil {
-			return cfg, fmt.Errorf("config: upstreams[%d] (%s).%w", i, u.Name, err)
-		}
-		cfg.Upstreams = append(cfg.Upstreams, coordinator.Upstream{
-			Name: u.Name, BaseURL: u.BaseURL, TTL: u.TTL, StaleTTL: u.StaleTTL, Timeout: u.Timeout,
-			MaxBodyBytes: u.MaxBodyBytes, NegativeTTL: u.NegativeTTL, Protection: p,
-		})
-	}
-	return cfg, nil
+	return fc.Config, nil
 }

@@ -36,7 +36,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir) // coorddBinary's builds
+	}
+	os.Exit(code)
 }
 
 // TestLockHolderProcessKilled: the coordd process holding a key's fill

@@ -2,9 +2,13 @@
 // document across every instance, with the result pushed to every waiter.
 //
 //	coordd [--config FILE] [--listen ADDR] [--redis URL] [--upstream NAME=BASE_URL]...
-//	       [--drain-delay DURATION] [--check-config]
+//	       [--drain-delay DURATION] [--log-level LEVEL] [--log-format FORMAT]
+//	       [--metrics-listen ADDR] [--http-listen ADDR] [--check-config] [--version]
 //
-// With no Redis configured it runs as a single node.
+// Each flag but --check-config and --version can also be set by the
+// environment variable COORDD_<FLAG> (--metrics-listen: COORDD_METRICS_LISTEN).
+// Flags beat the environment, which beats the --config file. With no Redis
+// configured it runs as a single node.
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,20 +27,21 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peterbourgon/ff/v3"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/version"
 	"github.com/coordd/coordd/server"
 )
 
 func main() {
 	ctx, stop := signalContext()
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "coordd:", err)
-		os.Exit(1)
-	}
+	code := exitCode("coordd", run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // errInterrupted is the cause of run's context when coordd was stopped by
@@ -67,29 +73,138 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// run parses args, serves until ctx ends, then drains.
-func run(ctx context.Context, args []string, stderr *os.File) error {
+// envPrefix prefixes the environment variable of each flag: --metrics-listen
+// is also COORDD_METRICS_LISTEN.
+const envPrefix = "COORDD"
+
+// actionFlags do something other than configure coordd; they are read from
+// the command line only, never from the environment (a COORDD_VERSION left
+// in a container's environment must not turn coordd into a version
+// printer).
+var actionFlags = map[string]bool{"version": true, "check-config": true}
+
+// usageError is a mistake on the command line: main exits 2 for it, as
+// the flag package does. reported: the flag package already printed it,
+// with the usage.
+type usageError struct {
+	err      error
+	reported bool
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// exitCode is the exit status for run's error: 0 for none or --help, 2 for
+// a usage error, 1 for the rest. It prints the error (once) to stderr.
+func exitCode(program string, err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		if !ue.reported {
+			fmt.Fprintf(stderr, "%s: %v\n", program, err)
+		}
+		return 2
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", program, err)
+	return 1
+}
+
+// quoted is a flag value whose Set errors quote the value refused: the
+// flag package's own say "parse error" and no more, which is enough on a
+// command line the user sees, not for an environment variable.
+type quoted struct{ flag.Value }
+
+func (q quoted) Set(v string) error {
+	if err := q.Value.Set(v); err != nil {
+		return fmt.Errorf("invalid value %q: %w", v, err)
+	}
+	return nil
+}
+
+// options are coordd's command line, once parsed.
+type options struct {
+	fc          fileConfig
+	checkConfig bool
+	version     bool
+}
+
+// parseArgs reads the command line and the environment, then the
+// configuration file they name, and returns the configuration with
+// precedence flags > COORDD_* environment variables > file > defaults.
+func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
-	checkConfig := fs.Bool("check-config", false, "check the configuration (file and flags), then exit without serving or connecting")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (file, environment and flags), then exit without serving or connecting")
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
+	logLevel := fs.String("log-level", "", "least log `level` written: debug, info, warn or error (default info)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics on /metrics at this `address` (default: none)")
 	pprofOn := fs.Bool("pprof", false, "serve net/http/pprof under /debug/pprof/ on the metrics listener (default: off)")
 	httpListen := fs.String("http-listen", "", "serve the HTTP door (GET /v1/documents, POST /v1/invalidate) at this `address` (default: none)")
 	var ups stringList
 	fs.Var(&ups, "upstream", "upstream `NAME=BASE_URL`; repeatable; overrides or extends the file")
-	if err := fs.Parse(args); err != nil {
-		return err
+	version := fs.Bool("version", false, "print the version and build facts, then exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: coordd [flags]
+
+coordd serves coordd.v1.CoordinatorService: one upstream fetch per document
+across every instance. Settings come from, first to last: flags, COORDD_*
+environment variables (--metrics-listen is COORDD_METRICS_LISTEN; one
+upstream in COORDD_UPSTREAM), the --config file, defaults. --version and
+--check-config are read from the command line only. See docs/configuration.md.
+
+Flags:
+`)
+		fs.PrintDefaults()
 	}
-	var fc fileConfig
+
+	// The environment first, through ff, into the same values (but
+	// upstream's, kept apart so that --upstream replaces it rather than
+	// adding to it); then the command line, which overrides it.
+	env := flag.NewFlagSet("coordd", flag.ContinueOnError)
+	env.SetOutput(io.Discard)
+	var envUps stringList
+	fs.VisitAll(func(f *flag.Flag) {
+		switch {
+		case actionFlags[f.Name]:
+		case f.Name == "upstream":
+			env.Var(quoted{&envUps}, f.Name, f.Usage)
+		default:
+			env.Var(quoted{f.Value}, f.Name, f.Usage)
+		}
+	})
+	if err := ff.Parse(env, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
+		// ff's "error parsing environment variables: error setting flag
+		// "drain-delay" from environment variable "COORDD_DRAIN_DELAY":
+		// invalid value "soon": parse error", less its first part.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+		return options{}, fmt.Errorf("environment: %w", err)
+	}
+	if err := fs.Parse(args); err != nil {
+		return options{}, &usageError{err: err, reported: true}
+	}
+	if fs.NArg() > 0 {
+		return options{}, &usageError{err: fmt.Errorf("unexpected argument %q: coordd takes flags only (--help lists them); a flag after it would be ignored", fs.Arg(0))}
+	}
+	if len(ups) == 0 {
+		ups = envUps
+	}
+	o := options{checkConfig: *checkConfig, version: *version}
+	if o.version {
+		return o, nil
+	}
+	fc := &o.fc
 	if *configPath != "" {
 		var err error
-		if fc, err = loadConfigFile(*configPath); err != nil {
-			return err
+		if *fc, err = loadConfigFile(*configPath); err != nil {
+			return o, err
 		}
 	}
 	if *listen != "" {
@@ -104,6 +219,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if *logFormat != "" {
 		fc.LogFormat = *logFormat
 	}
+	if *logLevel != "" {
+		fc.LogLevel = *logLevel
+	}
 	if *metricsListen != "" {
 		fc.MetricsListen = *metricsListen
 	}
@@ -115,7 +233,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
-			return err
+			return o, err
 		}
 	}
 	if fc.Listen == "" {
@@ -123,16 +241,30 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	switch {
 	case fc.ShutdownGrace < 0:
-		return fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
+		return o, fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
 	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
 	}
 	switch {
 	case fc.DrainDelay < 0:
-		return fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay)
+		return o, fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay)
 	case fc.DrainDelay == 0:
 		fc.DrainDelay = 5 * time.Second
 	}
+	return o, nil
+}
+
+// run parses args, serves until ctx ends, then drains.
+func run(ctx context.Context, args []string, stderr *os.File) error {
+	o, err := parseArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.version {
+		fmt.Fprintln(os.Stdout, version.String("coordd"))
+		return nil
+	}
+	fc := o.fc
 	log, err := newLogger(stderr, fc.LogFormat, fc.LogLevel)
 	if err != nil {
 		return err
@@ -165,7 +297,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	if *checkConfig {
+	if o.checkConfig {
 		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
 	tr, err := startTracing(ctx, traceSettings, log)

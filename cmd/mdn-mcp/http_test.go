@@ -585,6 +585,9 @@ func TestHTTPBearerToken(t *testing.T) {
 // list the scenarios that do not apply to a tools-only server, and why;
 // the suite fails on any other failure and on a baseline entry that passes.
 func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Node 22 and the MCP conformance suite; make test runs it")
+	}
 	dir, err := filepath.Abs("../../.tools/conformance")
 	if err != nil {
 		t.Fatal(err)

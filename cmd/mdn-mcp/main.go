@@ -7,6 +7,7 @@
 //	        [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
 //	        [--coordd-tls-cert FILE --coordd-tls-key FILE]
 //	        [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
+//	mdn-mcp --version
 //
 // coordd must list the --mdn-base URL among its upstreams (MDN is its
 // default), and grant it to the token's tenant if it requires tokens. The
@@ -19,6 +20,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -34,18 +36,46 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	coordd "github.com/coordd/coordd/clients/go"
+	buildinfo "github.com/coordd/coordd/internal/version"
 )
 
-// version is reported to MCP clients.
+// version is reported to MCP clients: the stamped release version
+// (internal/version), else this.
 const version = "v0.1.0"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "mdn-mcp:", err)
-		os.Exit(1)
+	code := exitCode(run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a mistake on the command line: main exits 2 for it, as
+// the flag package does. reported: the flag package already printed it,
+// with the usage.
+type usageError struct {
+	err      error
+	reported bool
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// exitCode is the exit status for run's error: 0 for none or --help, 2 for
+// a usage error, 1 for the rest. It prints the error (once) to stderr.
+func exitCode(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		if !ue.reported {
+			fmt.Fprintln(stderr, "mdn-mcp:", err)
+		}
+		return 2
 	}
+	fmt.Fprintln(stderr, "mdn-mcp:", err)
+	return 1
 }
 
 // run parses args and serves MCP on stdin and stdout until the client
@@ -65,11 +95,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	httpAddr := fs.String("http", "", "serve MCP Streamable HTTP at http://`ADDR`/mcp (host:port) instead of stdio; MCP clients must send $MDN_MCP_TOKEN as a bearer token if it is set")
 	drainDelay := fs.Duration("drain-delay", 0, "with --http: how long /healthz answers 503 after SIGTERM before the listener closes, for the balancer to notice")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "with --http: how long requests in flight may run once the listener is closed")
+	showVersion := fs.Bool("version", false, "print the version and build facts, then exit")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return &usageError{err: err, reported: true}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return &usageError{err: fmt.Errorf("unexpected arguments %q: mdn-mcp takes flags only (--help lists them); a flag after them would be ignored", fs.Args())}
+	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, buildinfo.String("mdn-mcp"))
+		return nil
 	}
 	base, err := url.Parse(*baseFlag)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" || base.Fragment != "" {
@@ -99,7 +134,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer client.Close()
 
-	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, version)
+	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, cmp.Or(buildinfo.Version, version))
 	if *httpAddr != "" {
 		return serveHTTP(ctx, httpConfig{addr: *httpAddr, token: os.Getenv("MDN_MCP_TOKEN"), drainDelay: *drainDelay, grace: *grace}, s, log, nil)
 	}

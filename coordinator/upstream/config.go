@@ -28,36 +28,37 @@ type Protection struct {
 	// instances together, retries and redirects followed included: no
 	// one-second window sees more than RateLimit+Burst-1 requests. Requests
 	// over it wait their turn, in order. Default: 20. Negative: no limit.
-	RateLimit int
+	RateLimit int `yaml:"rate_limit"`
 	// Burst is how many requests may go out back to back after a quiet
 	// spell. Default: 1 (paced evenly, never bunched).
-	Burst int
+	Burst int `yaml:"burst"`
 	// MaxWait bounds how long one fetch waits for a rate-limit slot or for
 	// the end of a Retry-After backoff. A fetch is also bounded by the
 	// latest deadline among the callers waiting for it. A fetch that cannot
 	// get a slot in time fails with ErrRateLimited (or serves the stale
 	// copy). Default: 10s.
-	MaxWait time.Duration
+	MaxWait time.Duration `yaml:"max_wait"`
 	// DegradedRateLimit is the per-instance rate limit while Redis is down
 	// (each instance then counts only its own requests). Set it to
 	// RateLimit divided by the number of instances to keep the cluster
 	// within RateLimit even then. Default: RateLimit. Negative: no limit.
 	// In single-node mode (no Redis) RateLimit applies.
-	DegradedRateLimit int
+	DegradedRateLimit int `yaml:"degraded_rate_limit"`
 	// RetryAfterCap caps the backoff an upstream can ask for with
 	// Retry-After (in seconds or as an HTTP date, on a 429 or 503). Every
 	// instance backs off the upstream until then. Default: 60s.
-	RetryAfterCap time.Duration
+	RetryAfterCap time.Duration `yaml:"retry_after_cap"`
 	// Retry configures retries of failed attempts.
-	Retry RetryPolicy
+	Retry RetryPolicy `yaml:"retry"`
 	// Breaker configures the circuit breaker.
-	Breaker BreakerPolicy
+	Breaker BreakerPolicy `yaml:"breaker"`
 	// MinTTL and MaxTTL bound a positive fresh lifetime that the
 	// upstream's Cache-Control (s-maxage, max-age) sets; a zero one
 	// (max-age=0, no-cache) stays zero; without one, the upstream's TTL
 	// applies. no-store and private answers are delivered but not cached.
 	// Defaults: 1m and 24h.
-	MinTTL, MaxTTL time.Duration
+	MinTTL time.Duration `yaml:"min_ttl"`
+	MaxTTL time.Duration `yaml:"max_ttl"`
 }
 
 // RetryPolicy configures retries. Only retryable outcomes are retried:
@@ -66,21 +67,22 @@ type Protection struct {
 type RetryPolicy struct {
 	// MaxAttempts bounds the attempts per fetch, the first included; a
 	// redirect followed starts its own count. Default: 3. 1: no retries.
-	MaxAttempts int
+	MaxAttempts int `yaml:"max_attempts"`
 	// BaseDelay and MaxDelay shape the backoff: before retry n the fetch
 	// sleeps a uniformly random time in [0, min(MaxDelay, BaseDelay·2^(n-1))]
 	// ("full jitter"), or until the upstream's Retry-After if later.
 	// Defaults: 100ms and 5s.
-	BaseDelay, MaxDelay time.Duration
+	BaseDelay time.Duration `yaml:"base_delay"`
+	MaxDelay  time.Duration `yaml:"max_delay"`
 	// BudgetRatio bounds retries to this share of the requests that this
 	// instance started in the last 10 seconds, so that retries cannot
 	// multiply the load on a struggling upstream. Default: 0.2. Negative:
 	// only BudgetMinPerSec.
-	BudgetRatio float64
+	BudgetRatio float64 `yaml:"budget_ratio"`
 	// BudgetMinPerSec is a floor of retries per second allowed whatever the
 	// ratio, so that a quiet instance can still retry. Default: 1.
 	// Negative: none.
-	BudgetMinPerSec float64
+	BudgetMinPerSec float64 `yaml:"budget_min_per_sec"`
 }
 
 // BreakerPolicy configures the circuit breaker, one per upstream, shared
@@ -94,24 +96,24 @@ type RetryPolicy struct {
 type BreakerPolicy struct {
 	// FailureThreshold is the consecutive failures that open the breaker.
 	// Default: 5. Negative: never on this count.
-	FailureThreshold int
+	FailureThreshold int `yaml:"failure_threshold"`
 	// FailureRate is the share of failed attempts in Window that opens the
 	// breaker, at most 1. Default: 0.5. Negative: never on the rate.
-	FailureRate float64
+	FailureRate float64 `yaml:"failure_rate"`
 	// MinRequests is the attempts in Window below which FailureRate is not
 	// judged. Default: 20.
-	MinRequests int
+	MinRequests int `yaml:"min_requests"`
 	// Window is the span over which FailureRate is measured. Default: 30s.
-	Window time.Duration
+	Window time.Duration `yaml:"window"`
 	// OpenFor is how long the breaker stays open before it probes.
 	// Default: 10s.
-	OpenFor time.Duration
+	OpenFor time.Duration `yaml:"open_for"`
 	// HalfOpenProbes is the attempts admitted at a time while half-open;
 	// every other fetch fails at once meanwhile. Default: 1.
-	HalfOpenProbes int
+	HalfOpenProbes int `yaml:"half_open_probes"`
 	// CloseAfter is the successful probes in a row that close the breaker.
 	// Default: 2.
-	CloseAfter int
+	CloseAfter int `yaml:"close_after"`
 }
 
 func (p *Protection) SetDefaults() {
@@ -189,10 +191,11 @@ func (p *Protection) Validate(field string) error {
 
 // Config is one operator-configured documentation upstream. Zero fields
 // take the defaults written beside them; SetDefaults sets them, and
-// Validate checks the result.
+// Validate checks the result. Its yaml tags (and Protection's, inline) are
+// the keys of an upstream in coordd's configuration file.
 type Config struct {
 	// Name identifies the upstream in logs, metrics and metadata.
-	Name string
+	Name string `yaml:"name"`
 	// BaseURL is the scheme, host and optional base path that every url
 	// fetched from this upstream, and every redirect followed, must be
 	// under, segment by segment. A base path ending in "/" admits only
@@ -200,21 +203,21 @@ type Config struct {
 	// /docs/x but not /docs, while "https://h/docs" admits /docs too. It
 	// is canonicalized like a request url, and refused on the same path
 	// tricks.
-	BaseURL string
+	BaseURL string `yaml:"base_url"`
 	// TTL is a document's fresh lifetime. Default: 10m.
-	TTL time.Duration
+	TTL time.Duration `yaml:"ttl"`
 	// StaleTTL is how long past TTL a copy may still be served stale.
 	// Default: 24h. Negative: no stale window.
-	StaleTTL time.Duration
+	StaleTTL time.Duration `yaml:"stale_ttl"`
 	// Timeout bounds one upstream attempt, body included. Default: 10s.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"timeout"`
 	// MaxBodyBytes is the largest body accepted; a larger one fails the
 	// call and is not cached. Default: 10 MiB.
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// NegativeTTL is how long a 404 or 410 is cached. Default: 1m.
-	NegativeTTL time.Duration
+	NegativeTTL time.Duration `yaml:"negative_ttl"`
 	// Protection configures retries, the breaker and the rate limit.
-	Protection Protection
+	Protection Protection `yaml:",inline"`
 
 	base *url.URL // parsed BaseURL, canonical, its trailing "/" kept
 }

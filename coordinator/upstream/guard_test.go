@@ -4,33 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/coordinator/store"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 )
 
-// testClock is a settable clock.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newTestClock() *testClock { return &testClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newTestClock returns the guard tests' clock, at a fixed instant.
+func newTestClock() *testclock.Clock { return testclock.New(time.Unix(1_800_000_000, 0)) }
 
 // testGuard is what the scenarios drive: the local guard, or the Redis one.
 type testGuard interface {
@@ -76,7 +59,7 @@ func testStore(t testing.TB) *store.Redis {
 // guardKinds runs fn against the local guard and the Redis one, each built
 // for p on a clock of its own, so that the two implementations of the same
 // state machine are held to the same expectations.
-func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, clk *testClock)) {
+func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, clk *testclock.Clock)) {
 	st := testStore(t)
 	n := 0
 	for _, kind := range []string{"local", "redis"} {
@@ -115,7 +98,7 @@ var noLimit = Protection{RateLimit: -1}
 func TestBreakerOpensOnConsecutiveFailures(t *testing.T) {
 	p := noLimit
 	p.Breaker = BreakerPolicy{FailureThreshold: 3, FailureRate: -1, OpenFor: time.Second, CloseAfter: 2}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		// A success resets the count: f f s f f stays closed.
 		for i, o := range []outcome{outcomeFailure, outcomeFailure, outcomeSuccess, outcomeFailure, outcomeFailure} {
 			a := g.admit(time.Second)
@@ -168,7 +151,7 @@ func TestBreakerOpensOnConsecutiveFailures(t *testing.T) {
 func TestBreakerHalfOpenFailureReopens(t *testing.T) {
 	p := noLimit
 	p.Breaker = BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: time.Second}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		g.record(g.admit(time.Second), outcomeFailure, 0)
 		wantVerdict(t, "opened", g.admit(time.Second), verdictOpen)
 		clk.Advance(time.Second)
@@ -186,7 +169,7 @@ func TestBreakerHalfOpenFailureReopens(t *testing.T) {
 func TestBreakerProbeLeaseExpires(t *testing.T) {
 	p := noLimit
 	p.Breaker = BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: time.Second}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		g.record(g.admit(time.Second), outcomeFailure, 0)
 		clk.Advance(time.Second)
 		lost := g.admit(time.Second) // its instance dies: no result ever comes
@@ -207,7 +190,7 @@ func TestBreakerProbeLeaseExpires(t *testing.T) {
 func TestBreakerFailureRate(t *testing.T) {
 	p := noLimit
 	p.Breaker = BreakerPolicy{FailureThreshold: -1, FailureRate: 0.5, MinRequests: 4, Window: time.Second, OpenFor: time.Second}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		// s f s, then the window moves past them: one request in window.
 		for _, o := range []outcome{outcomeSuccess, outcomeFailure, outcomeSuccess} {
 			g.record(g.admit(time.Second), o, 0)
@@ -224,7 +207,7 @@ func TestBreakerFailureRate(t *testing.T) {
 
 func TestRateLimitReservations(t *testing.T) {
 	p := Protection{RateLimit: 10, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		for i, want := range []time.Duration{0, 102500 * time.Microsecond, 205 * time.Millisecond} {
 			a := g.admit(time.Second)
 			wantVerdict(t, "slot", a, verdictAdmitted)
@@ -261,7 +244,7 @@ func TestRateLimitReservations(t *testing.T) {
 
 func TestRateLimitBurst(t *testing.T) {
 	p := Protection{RateLimit: 10, Burst: 3}
-	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testClock) {
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		var got []time.Duration
 		for range 5 {
 			got = append(got, g.admit(time.Second).wait)

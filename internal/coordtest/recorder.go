@@ -1,6 +1,7 @@
 // Package coordtest holds test seams for the coordinator package that its
 // public API does not carry: a Recorder of the events that tests and
-// cmd/coordbench count.
+// cmd/coordbench count, and the helpers of tests that drive the engine
+// directly (Protected, New, Get, SyncBuffer).
 package coordtest
 
 import (

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,6 +314,42 @@ func (u *Upstream) Times(path string) []time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]time.Time(nil), u.times[path]...)
+}
+
+// Arrivals returns when every request for a path starting with prefix
+// reached u, sorted.
+func (u *Upstream) Arrivals(prefix string) []time.Time {
+	var ts []time.Time
+	for _, p := range u.Paths() {
+		if strings.HasPrefix(p, prefix) {
+			ts = append(ts, u.Times(p)...)
+		}
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	return ts
+}
+
+// ArrivalJitter is how far an admitted request's arrival at the fake
+// upstream may drift from its slot on a loaded 2-core machine (goroutine
+// scheduling, the race detector, a new connection's handshake): rate
+// checks count arrivals in windows this much shorter than the second the
+// limit is defined over. 100ms was not enough: beside stress-ng,
+// TestRateLimitAcrossInstances saw 32-35 arrivals of 30/s slots in a 900ms
+// window, delayed requests bunching with on-time ones. A limit that is not
+// shared, or not applied, still shows at least twice the rate in 750ms.
+const ArrivalJitter = 250 * time.Millisecond
+
+// MaxInWindow returns the most of ts (sorted) that fall in any half-open
+// window [t, t+w).
+func MaxInWindow(ts []time.Time, w time.Duration) int {
+	most, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < w {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
 }
 
 // LastHeader returns the request header of the latest request for path, or

@@ -58,7 +58,7 @@ var _ coordinator.Metrics = (*Registry)(nil)
 // Label values known in advance, exported at 0 from the start so that
 // rate() and the alerts see the first increase.
 var (
-	sources      = []string{"l1", "l2", "upstream", "stale", "error"}
+	sources      = []string{"l1", "l2", "upstream", "stale", "canceled", "error"}
 	scopes       = []string{"cluster", "instance"}
 	lockOutcomes = []string{"acquired", "contended", "unavailable"}
 	extResults   = []string{"ok", "lost", "error"}
@@ -81,7 +81,7 @@ func New() *Registry {
 		reg: prometheus.NewRegistry(),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}))),
-		requests:  counter("coordd_requests_total", "GetOrFetch calls answered, by source: l1, l2, upstream, stale (a stale copy from either tier), error.", "source"),
+		requests:  counter("coordd_requests_total", "GetOrFetch calls answered, by source: l1, l2, upstream, stale (a stale copy from either tier), canceled (the caller canceled or went away first), error.", "source"),
 		followers: counter("coordd_followers_total", "Waits for a fetch started by someone else: local (a call joined this instance's flight), remote (a flight waited for another instance's fill lock).", "scope"),
 		followerLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "coordd_follower_lag_seconds",

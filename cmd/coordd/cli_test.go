@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// stampedVersion is the version TestVersion stamps into coordd with
+// -ldflags, as `make dist` does.
+const stampedVersion = "v9.9.9-test"
+
+var builds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string // ldflags → binary
+}
+
+// coorddBinary builds coordd (once per ldflags) and returns its path. It
+// skips under -short: the short loop starts no process.
+func coorddBinary(t *testing.T, ldflags string) string {
+	t.Helper()
+	skipShort(t)
+	builds.Lock()
+	defer builds.Unlock()
+	if bin, ok := builds.bins[ldflags]; ok {
+		return bin
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "coordd-cli-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds.dir, builds.bins = dir, map[string]string{}
+	}
+	bin := filepath.Join(builds.dir, "coordd"+string(rune('0'+len(builds.bins))))
+	out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	builds.bins[ldflags] = bin
+	return bin
+}
+
+// runBinary runs bin with args and env added to the environment, and
+// returns its exit code, stdout and stderr.
+func runBinary(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("coordd %v: %v", args, err)
+	return 0, "", ""
+}
+
+// TestCommandLine runs the built coordd: --help exits 0 with the usage,
+// stray arguments and unknown flags exit 2 naming them, a bad environment
+// value exits 1 naming its variable and value.
+func TestCommandLine(t *testing.T) {
+	bin := coorddBinary(t, "")
+	tests := []struct {
+		name     string
+		env      []string
+		args     []string
+		wantCode int
+		want     []string // in stderr
+	}{
+		{"help", nil, []string{"--help"}, 0, []string{"Usage: coordd", "COORDD_METRICS_LISTEN", "-log-level", "-version"}},
+		{"h", nil, []string{"-h"}, 0, []string{"Usage: coordd"}},
+		{"stray argument", nil, []string{"--check-config", "stray", "--listen", "x"}, 2, []string{`coordd: unexpected argument "stray"`}},
+		{"unknown flag", nil, []string{"--nope"}, 2, []string{"flag provided but not defined: -nope", "Usage: coordd"}},
+		{"bad env duration", []string{"COORDD_DRAIN_DELAY=soon"}, []string{"--check-config"}, 1, []string{"COORDD_DRAIN_DELAY", `"soon"`}},
+		{"bad env level", []string{"COORDD_LOG_LEVEL=loud"}, []string{"--check-config"}, 1, []string{"log_level", "loud"}},
+		{"check config", []string{"COORDD_LOG_LEVEL=debug"}, []string{"--check-config"}, 0, []string{"configuration ok"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runBinary(t, bin, tt.env, tt.args...)
+			if code != tt.wantCode {
+				t.Errorf("coordd %v: exit %d; want %d\nstderr: %s", tt.args, code, tt.wantCode, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("coordd %v: stderr %q; want it to contain %q", tt.args, stderr, w)
+				}
+			}
+		})
+	}
+}
+
+// TestVersion: --version prints the build's facts, with the version
+// stamped by -ldflags when there is one, and exits 0.
+func TestVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name, ldflags string
+		want          []string
+	}{
+		// Unstamped: the module's version, (devel), or since Go 1.24 one
+		// derived from the git checkout (v0.0.0-…+dirty).
+		{"unstamped", "", []string{"coordd ", " (module github.com/coordd/coordd ", "go1."}},
+		{"stamped", "-X github.com/coordd/coordd/internal/version.Version=" + stampedVersion,
+			[]string{"coordd " + stampedVersion + " (module github.com/coordd/coordd"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runBinary(t, coorddBinary(t, tc.ldflags), nil, "--version")
+			if code != 0 {
+				t.Fatalf("exit %d; want 0\nstderr: %s", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("--version printed %q; want it to contain %q", stdout, w)
+				}
+			}
+			// A build in a git clone carries its revision; one in a git
+			// worktree (which go build does not stamp) or a source tarball
+			// has none, and says (devel).
+			if !strings.Contains(stdout, "revision ") && !strings.Contains(stdout, "(devel)") {
+				t.Errorf("--version printed %q; want a revision or (devel)", stdout)
+			}
+		})
+	}
+}
+
+// TestFlagsEnvFilePrecedence: a flag beats its COORDD_* variable, which
+// beats the file, which beats the default.
+func TestFlagsEnvFilePrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coordd.yaml")
+	yaml := "listen: 127.0.0.1:1001\nlog_level: warn\nmetrics_listen: 127.0.0.1:2001\nupstreams:\n  - name: a\n    base_url: http://file.example\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want func(o options) string // "" when as wanted
+	}{
+		{"file", nil, []string{"--config", path}, func(o options) string {
+			return check(o.fc.Listen == "127.0.0.1:1001" && o.fc.LogLevel == "warn" && o.fc.MetricsListen == "127.0.0.1:2001", o)
+		}},
+		{"env beats file", map[string]string{"COORDD_LISTEN": "127.0.0.1:1002", "COORDD_LOG_LEVEL": "debug", "COORDD_METRICS_LISTEN": "127.0.0.1:2002"},
+			[]string{"--config", path}, func(o options) string {
+				return check(o.fc.Listen == "127.0.0.1:1002" && o.fc.LogLevel == "debug" && o.fc.MetricsListen == "127.0.0.1:2002", o)
+			}},
+		{"flag beats env", map[string]string{"COORDD_LISTEN": "127.0.0.1:1002", "COORDD_LOG_LEVEL": "debug"},
+			[]string{"--config", path, "--listen", "127.0.0.1:1003", "--log-level", "error"}, func(o options) string {
+				return check(o.fc.Listen == "127.0.0.1:1003" && o.fc.LogLevel == "error" && o.fc.MetricsListen == "127.0.0.1:2001", o)
+			}},
+		{"config file from env", map[string]string{"COORDD_CONFIG": path}, nil, func(o options) string {
+			return check(o.fc.Listen == "127.0.0.1:1001", o)
+		}},
+		{"default", nil, nil, func(o options) string {
+			return check(o.fc.Listen == "127.0.0.1:50051" && o.fc.LogLevel == "" && o.fc.DrainDelay == 5*time.Second, o)
+		}},
+		{"env duration", map[string]string{"COORDD_DRAIN_DELAY": "250ms"}, nil, func(o options) string {
+			return check(o.fc.DrainDelay == 250*time.Millisecond, o)
+		}},
+		{"env upstream overrides the file's", map[string]string{"COORDD_UPSTREAM": "a=http://env.example"}, []string{"--config", path}, func(o options) string {
+			return check(len(o.fc.Upstreams) == 1 && o.fc.Upstreams[0].BaseURL == "http://env.example", o)
+		}},
+		{"flag upstreams replace env's", map[string]string{"COORDD_UPSTREAM": "b=http://env.example"},
+			[]string{"--upstream", "c=http://flag.example", "--upstream", "d=http://flag2.example"}, func(o options) string {
+				return check(len(o.fc.Upstreams) == 2 && o.fc.Upstreams[0].Name == "c" && o.fc.Upstreams[1].Name == "d", o)
+			}},
+		{"env bool", map[string]string{"COORDD_PPROF": "true"}, nil, func(o options) string {
+			return check(o.fc.Pprof, o)
+		}},
+		{"actions not from env", map[string]string{"COORDD_VERSION": "v1.2.3", "COORDD_CHECK_CONFIG": "true"}, nil, func(o options) string {
+			return check(!o.version && !o.checkConfig, o)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			o, err := parseArgs(tt.args, os.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := tt.want(o); msg != "" {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+func check(ok bool, o options) string {
+	if ok {
+		return ""
+	}
+	return "got " + strings.ReplaceAll(strings.TrimSpace(strings.Join([]string{
+		"listen=" + o.fc.Listen, "log_level=" + o.fc.LogLevel, "metrics_listen=" + o.fc.MetricsListen,
+		"drain_delay=" + o.fc.DrainDelay.String(), "upstreams=" + upstreamsString(o),
+	}, " ")), "\n", " ")
+}
+
+func upstreamsString(o options) string {
+	var s []string
+	for _, u := range o.fc.Upstreams {
+		s = append(s, u.Name+"="+u.BaseURL)
+	}
+	return strings.Join(s, ",")
+}
+
+// TestParseArgsErrors: each error names what is wrong, and maps to the
+// exit code main uses.
+func TestParseArgsErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		want     string
+		wantCode int
+	}{
+		{"stray argument", nil, []string{"serve", "--listen", "127.0.0.1:0"}, `unexpected argument "serve"`, 2},
+		{"help", nil, []string{"--help"}, "help requested", 0},
+		{"bad env duration", map[string]string{"COORDD_DRAIN_DELAY": "soon"}, nil, `environment variable "COORDD_DRAIN_DELAY": invalid value "soon"`, 1},
+		{"bad env upstream", map[string]string{"COORDD_UPSTREAM": "nobase"}, nil, `--upstream "nobase"`, 1},
+		{"bad env bool", map[string]string{"COORDD_PPROF": "maybe"}, nil, `environment variable "COORDD_PPROF": invalid value "maybe"`, 1},
+		{"negative drain delay", nil, []string{"--drain-delay", "-1s"}, "drain_delay", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var stderr bytes.Buffer
+			_, err := parseArgs(tt.args, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parseArgs(%q) = %v; want an error containing %q", tt.args, err, tt.want)
+			}
+			if code := exitCode("coordd", err, &stderr); code != tt.wantCode {
+				t.Errorf("exit code %d for %v; want %d", code, err, tt.wantCode)
+			}
+		})
+	}
+}
+
+// TestEnvServes runs coordd with its listeners given by COORDD_LISTEN and
+// COORDD_HTTP_LISTEN only: it serves gRPC and the HTTP door there.
+func TestEnvServes(t *testing.T) {
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	t.Setenv("COORDD_LISTEN", grpcAddr)
+	t.Setenv("COORDD_HTTP_LISTEN", httpAddr)
+	t.Setenv("COORDD_DRAIN_DELAY", "1ms")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, nil, os.Stderr) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	r, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health at COORDD_LISTEN %s: %v, %v; want SERVING", grpcAddr, r.GetStatus(), err)
+	}
+	// The door listens once gRPC does (run starts both before serving).
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/documents", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("HTTP door at COORDD_HTTP_LISTEN %s: %v", httpAddr, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("GET /v1/documents without url: status %d; want 400 from the door", resp.StatusCode)
+	}
+}
