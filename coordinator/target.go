@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/coordd/coordd/coordinator/document"
 	"github.com/coordd/coordd/coordinator/upstream"
@@ -121,26 +120,7 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
 }
 
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if b := s[i]; b < 0x20 || b == 0x7f {
-			return true
-		}
-	}
-	return false
-}
-
-func checkKey(key string) error {
-	switch {
-	case len(key) > MaxKeyBytes:
-		return invalid("key is %d bytes; the limit is %d", len(key), MaxKeyBytes)
-	case hasControl(key):
-		return invalid("key contains control characters")
-	case !utf8.ValidString(key):
-		return invalid("key is not valid UTF-8")
-	}
-	return nil
-}
+func checkKey(key string) error { return upstream.CheckText("key", key, MaxKeyBytes) }
 
 // match returns the upstream u belongs to: same scheme and host, and a path
 // under the upstream's base path, segment by segment (see within).

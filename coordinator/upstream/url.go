@@ -27,15 +27,11 @@ const MaxURLBytes = 2048
 // (Tomcat and others drop the parameters and then resolve the dot
 // segment); and control characters, even escaped.
 func CanonicalURL(raw string) (*url.URL, error) {
-	switch {
-	case raw == "":
+	if raw == "" {
 		return nil, invalid("url is empty")
-	case len(raw) > MaxURLBytes:
-		return nil, invalid("url is %d bytes; the limit is %d", len(raw), MaxURLBytes)
-	case hasControl(raw):
-		return nil, invalid("url contains control characters")
-	case !utf8.ValidString(raw):
-		return nil, invalid("url is not valid UTF-8")
+	}
+	if err := CheckText("url", raw, MaxURLBytes); err != nil {
+		return nil, err
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -143,6 +139,21 @@ func (up *Config) Contains(u *url.URL) bool {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidArgument}, args...)...)
+}
+
+// CheckText refuses s, a caller's what ("url", "key"), when it is longer
+// than limit bytes, holds control characters or is not UTF-8: the checks
+// every caller-given string passes before any I/O.
+func CheckText(what, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return invalid("%s is %d bytes; the limit is %d", what, len(s), limit)
+	case hasControl(s):
+		return invalid("%s contains control characters", what)
+	case !utf8.ValidString(s):
+		return invalid("%s is not valid UTF-8", what)
+	}
+	return nil
 }
 
 func hasControl(s string) bool {
