@@ -1,14 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +68,7 @@ type httpDoor struct {
 	s     *Server
 	limit *callLimit
 	calls *callLogger
+	cfg   Config // with defaults filled in
 }
 
 // HTTPHandler returns the HTTP door: GET /v1/documents and POST
@@ -85,23 +89,32 @@ func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HTTPRequestIDHeader, id)
 	var method string
 	var err error
-	switch r.URL.Path {
-	case HTTPDocumentsPath:
+	switch {
+	case len(r.TransferEncoding) > 0:
+		// RFC 9112 6.3: a request with Transfer-Encoding and
+		// Content-Length may be a smuggled one, read one way here and
+		// another by a proxy in front that reuses the connection. The
+		// door's bodies are small JSON or forms with a Content-Length, so
+		// any Transfer-Encoding is refused, and the connection with it.
+		w.Header().Set("Connection", "close")
+		method = "unknown"
+		err = httpError(http.StatusBadRequest, codes.InvalidArgument, "Transfer-Encoding is not accepted; send the body with a Content-Length")
+	case r.URL.Path == HTTPDocumentsPath:
 		method = "GetOrFetch"
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			err = httpError(http.StatusMethodNotAllowed, codes.Unimplemented, "method %s not allowed; use GET", r.Method)
 			break
 		}
-		err = h.serve(ctx, method, w, r, h.get)
-	case HTTPInvalidatePath:
+		err = h.serve(ctx, method, w, r, nil, h.get)
+	case r.URL.Path == HTTPInvalidatePath:
 		method = "Invalidate"
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
 			err = httpError(http.StatusMethodNotAllowed, codes.Unimplemented, "method %s not allowed; use POST", r.Method)
 			break
 		}
-		err = h.serve(ctx, method, w, r, h.invalidate)
+		err = h.serve(ctx, method, w, r, h.readBody, h.invalidate)
 	default:
 		method = "unknown"
 		err = httpError(http.StatusNotFound, codes.NotFound, "no such path %q; see %s and %s", r.URL.Path, HTTPDocumentsPath, HTTPInvalidatePath)
@@ -113,19 +126,60 @@ func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	h.finished(ctx, r, method, start, w.status, code, err)
 }
 
-// serve runs handle under the call cap, as the gRPC interceptors do.
+// serve authenticates the caller, reads the request's body with read
+// (nil: none) within Config.HTTPBodyTimeout, and only then runs handle
+// under the call cap, as the gRPC interceptors do: a caller without a
+// token, or one that stalls its body, never holds a slot.
 func (h *httpDoor) serve(ctx context.Context, method string, w http.ResponseWriter, r *http.Request,
-	handle func(context.Context, http.ResponseWriter, *http.Request) error) error {
+	read func(context.Context, http.ResponseWriter, *http.Request) error,
+	handle func(context.Context, http.ResponseWriter, *http.Request, *principal) error) error {
+	p, err := h.s.httpPrincipal(r)
+	if err != nil {
+		return err
+	}
+	if read != nil {
+		if err := read(ctx, w, r); err != nil {
+			return err
+		}
+	}
 	release, err := h.limit.acquire(limitedPrefix + method)
 	if err != nil {
 		return err
 	}
 	defer release()
-	return handle(ctx, w, r)
+	return handle(ctx, w, r, p)
+}
+
+// readBody reads r's body, at most maxInvalidateBody bytes, within
+// Config.HTTPBodyTimeout, and puts it back as a buffer. A body that does
+// not arrive in time is 408 and closes the connection.
+func (h *httpDoor) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+	rc := responseController(ctx, w)
+	deadline := rc.SetReadDeadline(time.Now().Add(h.cfg.HTTPBodyTimeout)) == nil
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInvalidateBody))
+	if deadline && err == nil {
+		// On an error the deadline stays: net/http discards what is left
+		// of a body after the handler, and must not wait for it forever.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		w.Header().Set("Connection", "close")
+		return httpError(http.StatusRequestEntityTooLarge, codes.InvalidArgument, "the body is over %d bytes", maxInvalidateBody)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return httpError(http.StatusRequestTimeout, codes.DeadlineExceeded, "the body did not arrive within %v", h.cfg.HTTPBodyTimeout)
+	case err != nil:
+		w.Header().Set("Connection", "close")
+		return httpError(http.StatusBadRequest, codes.InvalidArgument, "the body could not be read: %v", err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 // get answers GET /v1/documents.
-func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Request, p *principal) error {
 	q := r.URL.Query()
 	var opt coordinator.GetOptions
 	var err error
@@ -140,10 +194,6 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if opt.NoStale, err = strconv.ParseBool(v); err != nil {
 			return status.Errorf(codes.InvalidArgument, "no_stale %q must be true or false", v)
 		}
-	}
-	p, err := h.s.httpPrincipal(r)
-	if err != nil {
-		return err
 	}
 	t, err := h.s.c.ResolveIn(p.scope, q.Get("url"), q.Get("key"))
 	if err != nil {
@@ -201,9 +251,9 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 }
 
 // invalidate answers POST /v1/invalidate.
-func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+// Its body has been read by readBody.
+func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *http.Request, p *principal) error {
 	url, key := r.URL.Query().Get("url"), r.URL.Query().Get("key")
-	r.Body = http.MaxBytesReader(w, r.Body, maxInvalidateBody)
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
 	case "application/json":
@@ -222,10 +272,6 @@ func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *htt
 			return status.Errorf(codes.InvalidArgument, "form does not decode: %v", err)
 		}
 		url, key = orString(r.PostForm.Get("url"), url), orString(r.PostForm.Get("key"), key)
-	}
-	p, err := h.s.httpPrincipal(r)
-	if err != nil {
-		return err
 	}
 	resp, err := h.s.invalidate(ctx, p, url, key)
 	if err != nil {

@@ -84,15 +84,11 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 		grpc.ChainUnaryInterceptor(
 			requestIDUnary, // first: every later log line carries it
 			logger.unary,
-			limit.unary,
-			refuseUndecodableUnary,
-			recovery.UnaryServerInterceptor(recoverOpt),
+			recovery.UnaryServerInterceptor(recoverOpt), // covers auth too
 		),
 		grpc.ChainStreamInterceptor(
 			requestIDStream,
 			logger.stream,
-			limit.stream,
-			refuseUndecodableStream,
 			recovery.StreamServerInterceptor(recoverOpt),
 		),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -108,7 +104,23 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 		}),
 		grpc.MaxConcurrentStreams(10000), // many agents share few connections
 	}
+	// Authentication before the call cap: a caller without a valid token
+	// is refused at once and never holds a slot.
 	base = append(base, s.authOptions()...)
+	base = append(base,
+		grpc.ChainUnaryInterceptor(
+			limit.unary, // grpc-go has read the whole request by now
+			refuseUndecodableUnary,
+		),
+		grpc.ChainStreamInterceptor(
+			limit.stream, // takes the slot once the request message is in
+			refuseUndecodableStream,
+		),
+		// A connection must finish its TLS handshake and HTTP/2 preface
+		// within this (grpc-go's default is 120s), as the HTTP door's
+		// ReadHeaderTimeout bounds a caller that never finishes its headers.
+		grpc.ConnectionTimeout(handshakeTimeout),
+	)
 	g := grpc.NewServer(append(base, opts...)...)
 	coorddv1.RegisterCoordinatorServiceServer(g, s)
 	hs := health.NewServer()
@@ -119,7 +131,7 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	door := &httpDoor{s: s, limit: limit, calls: logger}
+	door := &httpDoor{s: s, limit: limit, calls: logger, cfg: cfg.withDefaults()}
 	return &GRPC{Server: g, Health: hs, log: s.log, stopping: stopping, door: door}
 }
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/coordd/coordd/server"
 )
 
 // httpDoor serves the HTTP door (server.GRPC.HTTPHandler) on its own
@@ -17,9 +19,10 @@ type httpDoor struct {
 	srv *http.Server
 }
 
-// listenHTTP listens on addr for the HTTP door, over TLS with cfg when not
-// nil; nil for an empty addr.
-func listenHTTP(addr string, h http.Handler, cfg *tls.Config) (*httpDoor, error) {
+// listenHTTP listens on addr for the HTTP door of g, served by h (its
+// handler, instrumented), over TLS with cfg when not nil; nil for an empty
+// addr.
+func listenHTTP(addr string, g *server.GRPC, h http.Handler, cfg *tls.Config) (*httpDoor, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -30,12 +33,7 @@ func listenHTTP(addr string, h http.Handler, cfg *tls.Config) (*httpDoor, error)
 	if cfg != nil {
 		lis = tls.NewListener(lis, cfg)
 	}
-	return &httpDoor{lis: lis, srv: &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second, // a client that never finishes its headers
-		IdleTimeout:       5 * time.Minute,  // as the gRPC listener's MaxConnectionIdle
-		TLSConfig:         cfg,
-	}}, nil
+	return &httpDoor{lis: lis, srv: g.HTTPServer(h, cfg)}, nil
 }
 
 // serve serves until drain.

@@ -322,7 +322,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	g := server.NewGRPC(server.New(c, log, srvOpts...), server.Config{MaxConcurrentCalls: fc.MaxConcurrentCalls}, append(append(grpcOpts, ms.grpcOptions()...), tr.grpcOptions()...)...)
 	ms.serve(c, g.Server, lis.Addr().String(), log)
-	door, err := listenHTTP(fc.HTTPListen, tr.instrumentHTTP(ms.instrumentHTTP(g.HTTPHandler())), httpTLS)
+	door, err := listenHTTP(fc.HTTPListen, g, tr.instrumentHTTP(ms.instrumentHTTP(g.HTTPHandler())), httpTLS)
 	if err != nil {
 		_ = lis.Close()
 		return err

@@ -168,7 +168,7 @@ func Start(t testing.TB, o Options) *Instance {
 		if o.WrapHTTP != nil {
 			h = o.WrapHTTP(h)
 		}
-		in.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		in.http = g.HTTPServer(h, nil)
 		go func() { _ = in.http.Serve(hl) }()
 		in.HTTPURL = "http://" + hl.Addr().String()
 	}

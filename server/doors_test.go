@@ -1,0 +1,310 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/server"
+)
+
+// Hostile callers at the doors (issue 21): stalled bodies, stalled
+// streams, request smuggling, crowds of silent or idle connections.
+
+// startDoor runs one instance with tenants (testTenants), its HTTP door
+// and metrics, over a fake upstream named "a" (and "b"), with cfg.
+func startDoor(t *testing.T, cfg server.Config) (*coorddtest.Instance, *fakeupstream.Upstream) {
+	t.Helper()
+	a, err := server.NewAuth(testTenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{
+		Config: coordinator.Config{
+			Upstreams: []coordinator.Upstream{{Name: "a", BaseURL: u.URL() + "/a"}, {Name: "b", BaseURL: u.URL() + "/b"}},
+			Logger:    slog.New(slog.DiscardHandler),
+		},
+		Server:        cfg,
+		ServerOptions: []server.Option{server.WithAuth(a)},
+		HTTP:          true,
+		Metrics:       true,
+	})
+	return in, u
+}
+
+// rawConn is a plain TCP connection to the door, read line by line.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialDoor(t *testing.T, in *coorddtest.Instance) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(in.HTTPURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+func (c *rawConn) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// response reads one response (a 1xx included) within ctx's deadline.
+func (c *rawConn) response(ctx context.Context) (*http.Response, error) {
+	dl, _ := ctx.Deadline()
+	_ = c.SetReadDeadline(dl)
+	defer c.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, err
+}
+
+// closed waits, within ctx's deadline, for the server to close c: a read
+// that ends in EOF (or a reset) rather than data or the deadline.
+func (c *rawConn) closed(ctx context.Context) error {
+	dl, _ := ctx.Deadline()
+	_ = c.SetReadDeadline(dl)
+	b, err := c.r.ReadByte()
+	var ne net.Error
+	switch {
+	case err == nil:
+		return fmt.Errorf("read %q; want the connection closed", b)
+	case errors.As(err, &ne) && ne.Timeout():
+		return errors.New("still open at the deadline; want it closed")
+	}
+	return nil
+}
+
+// A stalled request holds no call slot: with max_concurrent_calls 2, more
+// than 2 callers that stall (HTTP bodies that never finish, with and
+// without a token; gRPC streams that never send their request) leave
+// authenticated callers answered at once on both doors.
+func TestStalledCallersHoldNoSlot(t *testing.T) {
+	const limit = 2
+	in, u := startDoor(t, server.Config{MaxConcurrentCalls: limit, HTTPBodyTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	invalidate := "POST " + server.HTTPInvalidatePath + " HTTP/1.1\r\nHost: coordd\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n"
+
+	// HTTP callers with a token whose body stalls: 100 Continue says the
+	// door is reading their body; then 10 of its 100 bytes come.
+	for range limit + 1 {
+		c := dialDoor(t, in)
+		c.send(t, invalidate+"Authorization: Bearer "+tokenB+"\r\n\r\n")
+		resp, err := c.response(ctx)
+		if err != nil {
+			t.Fatalf("stalled caller with a token: %v", err)
+		}
+		if resp.StatusCode != http.StatusContinue {
+			t.Fatalf("stalled caller with a token: %s; want 100 Continue", resp.Status)
+		}
+		c.send(t, `{"url": "h`)
+	}
+	// Callers without a token are refused before their body is read.
+	for range limit + 1 {
+		c := dialDoor(t, in)
+		c.send(t, invalidate+"\r\n")
+		resp, err := c.response(ctx)
+		if err != nil {
+			t.Fatalf("stalled caller without a token: %v", err)
+		}
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("stalled caller without a token: %s; want 401", resp.Status)
+		}
+	}
+	// gRPC streams with a token that never send their request message.
+	stalled := in.Conn(t, grpc.WithPerRPCCredentials(bearer(tokenB)))
+	desc := &grpc.StreamDesc{StreamName: "GetOrFetch", ServerStreams: true, ClientStreams: true}
+	const started = "grpc_server_started_total"
+	before := in.Scrape(t).Value(started, "grpc_method", "GetOrFetch")
+	for range limit + 1 {
+		if _, err := stalled.NewStream(ctx, desc, "/coordd.v1.CoordinatorService/GetOrFetch"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMetric(t, ctx, in, before+limit+1, started, "grpc_method", "GetOrFetch")
+
+	// Authenticated callers are answered at once, on both doors.
+	docURL := u.URL() + "/b/doc"
+	d, err := coorddtest.Get(ctx, in.Dial(t, grpc.WithPerRPCCredentials(bearer(tokenB))), &coorddv1.GetOrFetchRequest{Url: docURL})
+	if err != nil {
+		t.Fatalf("gRPC GetOrFetch beside stalled callers: %v", err)
+	}
+	if len(d.Body) == 0 {
+		t.Error("gRPC GetOrFetch: empty body")
+	}
+	a := httpGetDoc(t, ctx, in, docURL, http.Header{"Authorization": {"Bearer " + tokenB}})
+	if a.status != http.StatusOK {
+		t.Errorf("HTTP GET beside stalled callers: %d %s; want 200", a.status, a.body)
+	}
+	// Invalidate needs an admin: team-a (upstream "a").
+	adminURL := u.URL() + "/a/doc"
+	a = httpDo(t, ctx, in, http.MethodPost, server.HTTPInvalidatePath, url.Values{"url": {adminURL}}, http.Header{"Authorization": {"Bearer " + tokenA}}, nil)
+	if a.status != http.StatusOK {
+		t.Errorf("HTTP invalidate beside stalled callers: %d %s; want 200", a.status, a.body)
+	}
+	if _, err := in.Dial(t, grpc.WithPerRPCCredentials(bearer(tokenA))).Invalidate(ctx, &coorddv1.InvalidateRequest{Url: adminURL}); err != nil {
+		t.Errorf("gRPC Invalidate beside stalled callers: %v", err)
+	}
+}
+
+// A body that does not arrive within HTTPBodyTimeout is 408, and its
+// connection is closed. (Time is the subject: the timeout is short.)
+func TestStalledBodyIsCutOff(t *testing.T) {
+	in, _ := startDoor(t, server.Config{HTTPBodyTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := dialDoor(t, in)
+	c.send(t, "POST "+server.HTTPInvalidatePath+" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer "+tokenB+
+		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"url\": ")
+	resp, err := c.response(ctx)
+	if err != nil {
+		t.Fatalf("stalled body: %v; want a 408", err)
+	}
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("stalled body: %s; want 408", resp.Status)
+	}
+	if err := c.closed(ctx); err != nil {
+		t.Errorf("after the 408: %v", err)
+	}
+}
+
+// A request with Transfer-Encoding (with or without Content-Length, RFC
+// 9112 6.3) is refused with 400 and its connection closed: a request
+// hidden in its body is neither answered nor fetched.
+func TestTransferEncodingRefused(t *testing.T) {
+	in, u := startDoor(t, server.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	smuggled := "GET " + server.HTTPDocumentsPath + "?url=" + url.QueryEscape(u.URL()+"/b/smuggled") +
+		" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer " + tokenB + "\r\n\r\n"
+	for _, tc := range []struct{ name, req string }{
+		{"CL and TE", "POST " + server.HTTPInvalidatePath + "?url=" + url.QueryEscape(u.URL()+"/b/x") +
+			" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer " + tokenB +
+			"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled},
+		{"TE only", "POST " + server.HTTPInvalidatePath + "?url=" + url.QueryEscape(u.URL()+"/b/x") +
+			" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer " + tokenB +
+			"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled},
+		{"GET with TE", "GET " + server.HTTPDocumentsPath + "?url=" + url.QueryEscape(u.URL()+"/b/x") +
+			" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer " + tokenB +
+			"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialDoor(t, in)
+			c.send(t, tc.req)
+			resp, err := c.response(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("got %s; want 400", resp.Status)
+			}
+			if err := c.closed(ctx); err != nil {
+				t.Errorf("after the 400: %v", err)
+			}
+			if n := u.Count("/b/smuggled"); n != 0 {
+				t.Errorf("the smuggled request reached the upstream %d times", n)
+			}
+			if n := u.Count("/b/x"); n != 0 {
+				t.Errorf("the refused request reached the upstream %d times", n)
+			}
+		})
+	}
+}
+
+// Connections that send nothing, or stay idle, are bounded per listener:
+// past the bound the oldest are closed, and a caller still gets in.
+func TestHTTPConnectionBounds(t *testing.T) {
+	const bound, extra = 4, 3
+	in, _ := startDoor(t, server.Config{HTTPMaxPendingConns: bound, HTTPMaxIdleConns: bound})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	notFound := "GET /nowhere HTTP/1.1\r\nHost: coordd\r\n\r\n"
+
+	t.Run("silent", func(t *testing.T) {
+		var conns []*rawConn
+		for range bound + extra {
+			conns = append(conns, dialDoor(t, in))
+		}
+		for i, c := range conns[:extra] {
+			if err := c.closed(ctx); err != nil {
+				t.Errorf("silent connection %d of %d: %v", i, bound+extra, err)
+			}
+		}
+		// The newest are still open: each gets an answer.
+		for i, c := range conns[extra:] {
+			c.send(t, notFound)
+			if resp, err := c.response(ctx); err != nil || resp.StatusCode != http.StatusNotFound {
+				t.Errorf("silent connection %d: %v %v; want 404", extra+i, resp, err)
+			}
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		var conns []*rawConn
+		for i := range bound + extra {
+			c := dialDoor(t, in)
+			c.send(t, notFound)
+			if resp, err := c.response(ctx); err != nil || resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("connection %d: %v %v; want 404", i, resp, err)
+			}
+			conns = append(conns, c)
+		}
+		for i, c := range conns[:extra] {
+			if err := c.closed(ctx); err != nil {
+				t.Errorf("idle connection %d of %d: %v", i, bound+extra, err)
+			}
+		}
+		for i, c := range conns[extra:] {
+			c.send(t, notFound)
+			if resp, err := c.response(ctx); err != nil || resp.StatusCode != http.StatusNotFound {
+				t.Errorf("idle connection %d: %v %v; want 404", extra+i, resp, err)
+			}
+		}
+	})
+}
+
+// gRPC: a stream without a valid token is refused at once, before any
+// message, so it cannot hold a slot either.
+func TestGRPCUnauthenticatedStreamRefusedAtOnce(t *testing.T) {
+	in, _ := startDoor(t, server.Config{MaxConcurrentCalls: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn := in.Conn(t)
+	desc := &grpc.StreamDesc{StreamName: "GetOrFetch", ServerStreams: true, ClientStreams: true}
+	s, err := conn.NewStream(ctx, desc, "/coordd.v1.CoordinatorService/GetOrFetch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m coorddv1.GetOrFetchResponse
+	if err := s.RecvMsg(&m); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("stream without a token, no request sent: %v; want Unauthenticated", err)
+	}
+}
