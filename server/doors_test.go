@@ -92,6 +92,12 @@ func (c *rawConn) response(ctx context.Context) (*http.Response, error) {
 func (c *rawConn) closed(ctx context.Context) error {
 	dl, _ := ctx.Deadline()
 	_ = c.SetReadDeadline(dl)
+	return c.readEOF()
+}
+
+// readEOF reads one byte under the read deadline already set: nil if the
+// connection was closed instead.
+func (c *rawConn) readEOF() error {
 	b, err := c.r.ReadByte()
 	var ne net.Error
 	switch {
@@ -294,9 +300,14 @@ func TestHTTPConnectionBounds(t *testing.T) {
 func closedExactly(t *testing.T, ctx context.Context, conns []*rawConn, n int) []*rawConn {
 	t.Helper()
 	done := make(chan int, len(conns))
+	dl, _ := ctx.Deadline()
+	for _, c := range conns {
+		// Before the readers start, so that waking them below comes after.
+		_ = c.SetReadDeadline(dl)
+	}
 	for i, c := range conns {
 		go func() {
-			if c.closed(ctx) == nil {
+			if c.readEOF() == nil {
 				done <- i
 			} else {
 				done <- -1 - i
