@@ -279,6 +279,9 @@ func TestTLSCertificateRotation(t *testing.T) {
 	install(readFile(t, c.CertFile), readFile(t, a.KeyFile)) // c's certificate, a's key
 	// Files are looked at on a handshake: each try connects.
 	await("a WARN on the mismatched pair", func() bool { served(); return warnings() == 1 })
+	if log := string(readFile(t, logs)); !strings.Contains(log, keyFile) || !strings.Contains(log, "key does not match") {
+		t.Errorf("the WARN on a mismatched pair names no %s or not %q; log:\n%s", keyFile, "key does not match", log)
+	}
 	// Connecting for longer than certCheckEvery (1s) makes coordd look at
 	// the same broken files again: still the last good certificate, no new
 	// WARN.
