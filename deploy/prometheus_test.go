@@ -68,7 +68,7 @@ func TestAlertRulesTested(t *testing.T) {
 			}
 		}
 	}
-	for _, alert := range []string{"CoorddInstanceDown", "CoorddErrorRatio", "CoorddHighLatency"} {
+	for _, alert := range []string{"CoorddInstanceDown", "CoorddErrorRatio", "CoorddHighLatency", "CoorddTLSCertExpiringSoon"} {
 		if !fires[alert] || !quiet[alert] {
 			t.Errorf("alerts_test.yml: %s: tested firing %v, not firing %v; want both", alert, fires[alert], quiet[alert])
 		}

@@ -284,7 +284,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	srvOpts, grpcOpts, httpTLS, err := fc.serverOptions(log, fc.upstreamNames())
+	srvOpts, grpcOpts, httpTLS, certs, err := fc.serverOptions(log, fc.upstreamNames())
 	if err != nil {
 		return err
 	}
@@ -293,6 +293,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	defer ms.close()
+	ms.watchCert(certs)
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err

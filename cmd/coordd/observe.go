@@ -103,6 +103,15 @@ func (m *metricsServer) coordinatorMetrics() coordinator.Metrics {
 	return m.reg
 }
 
+// watchCert exports the expiry of the certificate certs serves; nothing
+// without TLS (nil certs).
+func (m *metricsServer) watchCert(certs *certReloader) {
+	if m == nil || certs == nil {
+		return
+	}
+	m.reg.WatchTLSCert(certs.notAfter)
+}
+
 // grpcOptions are the gRPC server options that record grpc_server_*.
 func (m *metricsServer) grpcOptions() []grpc.ServerOption {
 	if m == nil {

@@ -75,24 +75,26 @@ type tlsConfig struct {
 }
 
 // serverOptions returns the server and gRPC options that security asks
-// for, and the TLS configuration of the HTTP door (nil: plaintext), the
-// gRPC listener's. upstreams are the configured upstreams' names, which
+// for, the TLS configuration of the HTTP door (nil: plaintext), the
+// gRPC listener's, and the certificates both serve (nil: plaintext), for
+// the metrics. upstreams are the configured upstreams' names, which
 // every tenant's grant must name.
-func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, *tls.Config, error) {
+func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, *tls.Config, *certReloader, error) {
 	var sopts []server.Option
 	var gopts []grpc.ServerOption
 	var httpTLS *tls.Config
+	var certs *certReloader
 	if sc.Reflection != nil {
 		sopts = append(sopts, server.WithReflection(*sc.Reflection))
 	}
 	if len(sc.Tenants) > 0 {
 		tenants, err := sc.tenants(upstreams)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		a, err := server.NewAuth(tenants)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("config: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("config: %w", err)
 		}
 		sopts = append(sopts, server.WithAuth(a))
 		if sc.TLS == nil {
@@ -100,14 +102,15 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 		}
 	}
 	if sc.TLS != nil {
-		cfg, err := sc.TLS.serverTLS(log)
+		cfg, r, err := sc.TLS.serverTLS(log)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
 		httpTLS = withHTTP1(cfg)
+		certs = r
 	}
-	return sopts, gopts, httpTLS, nil
+	return sopts, gopts, httpTLS, certs, nil
 }
 
 // withHTTP1 returns cfg for the HTTP door: the same certificates, client
@@ -161,11 +164,26 @@ func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
 // serverTLS loads the listener's certificate and, for mutual TLS, the
 // client CAs. A bad file at start is an error; later, new handshakes pick
 // up files changed on disk (see certReloader).
-func (tc *tlsConfig) serverTLS(log *slog.Logger) (*tls.Config, error) {
+func (tc *tlsConfig) serverTLS(log *slog.Logger) (*tls.Config, *certReloader, error) {
 	if tc.CertFile == "" || tc.KeyFile == "" {
-		return nil, fmt.Errorf("config: tls: cert_file and key_file are both required")
+		return nil, nil, fmt.Errorf("config: tls: cert_file and key_file are both required")
 	}
-	r := &certReloader{tc: *tc, log: log, checked: time.Now()}
+	r, err := newCertReloader(*tc, log, time.Now)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		NextProtos:         []string{"h2"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
+	}, r, nil
+}
+
+// newCertReloader loads tc's files, as of now: a pair that fails to load,
+// or whose certificate is expired or not yet valid, is an error, as are
+// client CAs that fail to load.
+func newCertReloader(tc tlsConfig, log *slog.Logger, now func() time.Time) (*certReloader, error) {
+	r := &certReloader{tc: tc, log: log, now: now, checked: now()}
 	if _, err := r.reloadPair(); err != nil {
 		return nil, fmt.Errorf("config: tls.cert_file, tls.key_file: %w", err)
 	}
@@ -173,26 +191,25 @@ func (tc *tlsConfig) serverTLS(log *slog.Logger) (*tls.Config, error) {
 		return nil, fmt.Errorf("config: tls.client_ca_file: %w", err)
 	}
 	r.build()
-	return &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		NextProtos:         []string{"h2"},
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return r.config(), nil },
-	}, nil
+	return r, nil
 }
 
 // certReloader serves the listener's certificate and client CAs from their
 // files, re-read when they change on disk (cert-manager or the kubelet swap
 // them behind a symlink), so that certificates rotate without a restart. A
-// file that fails to load keeps the last good one in use.
+// file that fails to load, or a certificate outside its validity, keeps
+// the last good one in use.
 type certReloader struct {
 	tc  tlsConfig
 	log *slog.Logger
+	now func() time.Time // time.Now but in tests
 
 	mu       sync.Mutex
 	checked  time.Time       // when the files were last looked at
 	pairStat string          // cert_file's and key_file's stat at the last load, good or bad
+	pairFrom time.Time       // when the pair at pairStat, not yet valid at its load, becomes valid; zero: none such
 	caStat   string          // client_ca_file's
-	cert     tls.Certificate // the last good pair
+	cert     tls.Certificate // the last good pair; its Leaf is set
 	cas      *x509.CertPool  // the last good client CAs; nil without mutual TLS
 	cfg      *tls.Config     // built from cert and cas, for new handshakes
 }
@@ -209,7 +226,7 @@ const certCheckEvery = time.Second
 func (r *certReloader) config() *tls.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := time.Now(); now.Sub(r.checked) >= certCheckEvery {
+	if now := r.now(); now.Sub(r.checked) >= certCheckEvery {
 		r.checked = now
 		pair, err := r.reloadPair()
 		if err != nil {
@@ -221,27 +238,69 @@ func (r *certReloader) config() *tls.Config {
 		}
 		if pair || cas {
 			r.build()
-			r.log.Info("tls: reloaded", "certificate", pair, "client_cas", cas)
+			r.log.Info("tls: reloaded", "certificate", pair, "client_cas", cas, "not_after", r.cert.Leaf.NotAfter.UTC())
 		}
 	}
 	return r.cfg
 }
 
+// notAfter returns when the certificate served to new handshakes expires.
+func (r *certReloader) notAfter() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cert.Leaf.NotAfter
+}
+
 // reloadPair loads cert_file and key_file if their stat changed since the
-// last try, and reports whether it did. A failure is reported once per
-// change: the same files are not retried.
+// last try, and reports whether it did. A pair that fails to load, whose
+// key does not match, or whose leaf certificate is expired or not yet
+// valid is not installed. A failure is reported once per change: the same
+// files are not retried, but for a certificate not yet valid, which is
+// retried once it is (the issuer's clock may run seconds ahead of ours).
 func (r *certReloader) reloadPair() (bool, error) {
 	st := fileStat(r.tc.CertFile, r.tc.KeyFile) // before reading: a change while reading is seen next time
-	if st == r.pairStat {
+	now := r.now()
+	if st == r.pairStat && (r.pairFrom.IsZero() || now.Before(r.pairFrom)) {
 		return false, nil
 	}
-	r.pairStat = st
-	cert, err := tls.LoadX509KeyPair(r.tc.CertFile, r.tc.KeyFile)
+	r.pairStat, r.pairFrom = st, time.Time{}
+	cert, err := loadPair(r.tc.CertFile, r.tc.KeyFile)
 	if err != nil {
 		return false, err
 	}
+	switch leaf := cert.Leaf; {
+	case now.After(leaf.NotAfter):
+		return false, fmt.Errorf("%s: certificate expired on %s", r.tc.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		r.pairFrom = leaf.NotBefore
+		return false, fmt.Errorf("%s: certificate not yet valid until %s", r.tc.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
 	r.cert = cert
 	return true, nil
+}
+
+// loadPair reads a PEM certificate chain and its key, with the leaf
+// parsed. Its errors name the files: a key that does not match reads
+// "…: tls: private key does not match public key".
+func loadPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
+	}
+	if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return tls.Certificate{}, fmt.Errorf("%s: %w", certFile, err)
+		}
+	}
+	return cert, nil
 }
 
 // reloadCAs is reloadPair for client_ca_file.

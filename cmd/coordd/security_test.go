@@ -3,10 +3,16 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +27,7 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testclock"
 	"github.com/coordd/coordd/internal/testpki"
 	"github.com/coordd/coordd/server"
 )
@@ -272,6 +279,9 @@ func TestTLSCertificateRotation(t *testing.T) {
 	install(readFile(t, c.CertFile), readFile(t, a.KeyFile)) // c's certificate, a's key
 	// Files are looked at on a handshake: each try connects.
 	await("a WARN on the mismatched pair", func() bool { served(); return warnings() == 1 })
+	if log := string(readFile(t, logs)); !strings.Contains(log, keyFile) || !strings.Contains(log, "key does not match") {
+		t.Errorf("the WARN on a mismatched pair names no %s or not %q; log:\n%s", keyFile, "key does not match", log)
+	}
 	// Connecting for longer than certCheckEvery (1s) makes coordd look at
 	// the same broken files again: still the last good certificate, no new
 	// WARN.
@@ -420,4 +430,260 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// outsideValidity are matching pairs that must not be served: expired, or
+// not yet valid, each with the reason coordd gives for refusing it.
+func outsideValidity(t *testing.T, ca *testpki.CA) []struct {
+	name string
+	pair testpki.Pair
+	why  string
+} {
+	t.Helper()
+	now := time.Now()
+	expired := ca.ServerValid(t, "coordd-expired", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	future := ca.ServerValid(t, "coordd-future", now.Add(24*time.Hour), now.Add(48*time.Hour))
+	return []struct {
+		name string
+		pair testpki.Pair
+		why  string
+	}{
+		{"expired", expired, "expired on " + expired.TLS.Leaf.NotAfter.UTC().Format(time.RFC3339)},
+		{"not yet valid", future, "not yet valid until " + future.TLS.Leaf.NotBefore.UTC().Format(time.RFC3339)},
+	}
+}
+
+// TestTLSStartRefusesInvalidCertificate: a matching pair that is expired or
+// not yet valid fails the start, with an error naming cert_file and why.
+func TestTLSStartRefusesInvalidCertificate(t *testing.T) {
+	ca := testpki.NewCA(t, "start")
+	for _, tt := range outsideValidity(t, ca) {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "coordd.yaml")
+			yaml := fmt.Sprintf("drain_delay: 1ms\ntls:\n  cert_file: %s\n  key_file: %s\n", tt.pair.CertFile, tt.pair.KeyFile)
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// Only reached if coordd starts, which is the failure: the
+			// deadline ends the run.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := run(ctx, []string{"--config", path, "--listen", "127.0.0.1:0"}, os.Stderr)
+			if err == nil {
+				t.Fatalf("coordd started with a certificate %s; want the start to fail", tt.name)
+			}
+			for _, want := range []string{"tls.cert_file", tt.pair.CertFile, tt.why} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("run error %q; want one naming %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestTLSReloadRefusesInvalidCertificate writes a matching pair that is
+// expired, or not yet valid, over a running coordd's cert_file and
+// key_file: new handshakes keep getting the last good certificate (its
+// serial and NotAfter), a WARN names the file and why, and nothing says
+// "tls: reloaded".
+func TestTLSReloadRefusesInvalidCertificate(t *testing.T) {
+	ca := testpki.NewCA(t, "validity")
+	for _, tt := range outsideValidity(t, ca) {
+		t.Run(tt.name, func(t *testing.T) {
+			good := ca.Server(t, "coordd-good")
+			dir := t.TempDir()
+			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+			replaceFile(t, certFile, readFile(t, good.CertFile))
+			replaceFile(t, keyFile, readFile(t, good.KeyFile))
+			addr, logs, done := startTLS(t, fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", certFile, keyFile))
+			if got := servedCert(t, addr); got.SerialNumber.Cmp(good.TLS.Leaf.SerialNumber) != 0 {
+				t.Fatalf("served serial %v at start; want the good one, %v", got.SerialNumber, good.TLS.Leaf.SerialNumber)
+			}
+
+			// Only this test handshakes, so coordd never sees one file
+			// replaced without the other.
+			replaceFile(t, certFile, readFile(t, tt.pair.CertFile))
+			replaceFile(t, keyFile, readFile(t, tt.pair.KeyFile))
+			warned := func() bool {
+				for _, l := range strings.Split(string(readFile(t, logs)), "\n") {
+					if strings.Contains(l, "level=WARN") && strings.Contains(l, certFile) && strings.Contains(l, tt.why) {
+						return true
+					}
+				}
+				return false
+			}
+			// Files are looked at on a handshake: each try connects.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				got := servedCert(t, addr)
+				if got.SerialNumber.Cmp(tt.pair.TLS.Leaf.SerialNumber) == 0 {
+					t.Fatalf("served the %s certificate (serial %v, valid %v to %v); want the last good one kept; log:\n%s",
+						tt.name, got.SerialNumber, got.NotBefore, got.NotAfter, readFile(t, logs))
+				}
+				if warned() {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no WARN naming %s and %q; log:\n%s", certFile, tt.why, readFile(t, logs))
+				}
+			}
+			got := servedCert(t, addr)
+			if got.SerialNumber.Cmp(good.TLS.Leaf.SerialNumber) != 0 || !got.NotAfter.Equal(good.TLS.Leaf.NotAfter) {
+				t.Errorf("served serial %v, NotAfter %v; want the last good, %v, %v",
+					got.SerialNumber, got.NotAfter, good.TLS.Leaf.SerialNumber, good.TLS.Leaf.NotAfter)
+			}
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
+			if err != nil {
+				t.Errorf("a verifying client: %v; want the handshake to succeed", err)
+			} else {
+				conn.Close()
+			}
+			if strings.Contains(string(readFile(t, logs)), "tls: reloaded") {
+				t.Errorf("logged tls: reloaded for a certificate %s; log:\n%s", tt.name, readFile(t, logs))
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("coordd stopped: %v", err)
+			default:
+			}
+		})
+	}
+}
+
+// TestTLSCertNotAfterMetric: coordd_tls_cert_not_after_seconds is the
+// served certificate's NotAfter, follows a good reload, and stays put
+// when an expired pair is refused.
+func TestTLSCertNotAfterMetric(t *testing.T) {
+	ca := testpki.NewCA(t, "metric")
+	now := time.Now()
+	a := ca.ServerValid(t, "coordd-a", now.Add(-time.Minute), now.Add(time.Hour))
+	b := ca.ServerValid(t, "coordd-b", now.Add(-time.Minute), now.Add(2*time.Hour))
+	expired := ca.ServerValid(t, "coordd-expired", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	install := func(p testpki.Pair) {
+		t.Helper()
+		replaceFile(t, certFile, readFile(t, p.CertFile))
+		replaceFile(t, keyFile, readFile(t, p.KeyFile))
+	}
+	install(a)
+	maddr := freeAddr(t)
+	addr, logs, _ := startTLS(t, fmt.Sprintf("metrics_listen: %s\ntls:\n  cert_file: %s\n  key_file: %s\n", maddr, certFile, keyFile))
+	notAfter := func() float64 {
+		t.Helper()
+		resp, err := http.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^coordd_tls_cert_not_after_seconds (\S+)$`).FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("/metrics has no coordd_tls_cert_not_after_seconds")
+		}
+		v, err := strconv.ParseFloat(string(m[1]), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	want := func(p testpki.Pair) float64 { return float64(p.TLS.Leaf.NotAfter.Unix()) }
+	if got := notAfter(); got != want(a) {
+		t.Fatalf("coordd_tls_cert_not_after_seconds = %v at start; want a's NotAfter, %v", got, want(a))
+	}
+
+	install(b)
+	for deadline := time.Now().Add(10 * time.Second); notAfter() != want(b); time.Sleep(50 * time.Millisecond) {
+		servedCert(t, addr) // files are looked at on a handshake
+		if time.Now().After(deadline) {
+			t.Fatalf("coordd_tls_cert_not_after_seconds = %v after b was installed; want b's NotAfter, %v; log:\n%s", notAfter(), want(b), readFile(t, logs))
+		}
+	}
+
+	install(expired)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(string(readFile(t, logs)), "expired on"); time.Sleep(50 * time.Millisecond) {
+		servedCert(t, addr)
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN for the expired pair; log:\n%s", readFile(t, logs))
+		}
+	}
+	if got := notAfter(); got != want(b) {
+		t.Errorf("coordd_tls_cert_not_after_seconds = %v after an expired pair was refused; want b's NotAfter still, %v", got, want(b))
+	}
+}
+
+// servedCert handshakes with coordd at addr and returns the certificate it
+// served, verified or not, so that a test sees what a bad reload installed.
+func servedCert(t *testing.T, addr string) *x509.Certificate {
+	t.Helper()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0]
+}
+
+// TestCertReloaderClock drives a reloader by a test clock: a pair not yet
+// valid is refused with one WARN, then installed once the clock reaches its
+// NotBefore though the files have not changed; a pair that the wall clock
+// finds valid is refused as expired once the reloader's clock is past its
+// NotAfter.
+func TestCertReloaderClock(t *testing.T) {
+	ca := testpki.NewCA(t, "clock")
+	start := time.Now()
+	clock := testclock.New(start)
+	good := ca.ServerValid(t, "good", start.Add(-time.Minute), start.Add(time.Hour))
+	future := ca.ServerValid(t, "not-yet-valid", start.Add(10*time.Minute), start.Add(24*time.Hour))
+	dir := t.TempDir()
+	tc := tlsConfig{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
+	install := func(p testpki.Pair) {
+		t.Helper()
+		replaceFile(t, tc.CertFile, readFile(t, p.CertFile))
+		replaceFile(t, tc.KeyFile, readFile(t, p.KeyFile))
+	}
+	install(good)
+	var logs strings.Builder // written only under the reloader's lock, from this goroutine
+	r, err := newCertReloader(tc, slog.New(slog.NewTextHandler(&logs, nil)), clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func(want testpki.Pair, when string) {
+		t.Helper()
+		if got := r.config().Certificates[0].Leaf.SerialNumber; got.Cmp(want.TLS.Leaf.SerialNumber) != 0 {
+			t.Fatalf("%s: serving serial %v; want %v; log:\n%s", when, got, want.TLS.Leaf.SerialNumber, logs.String())
+		}
+	}
+	count := func(s string) int { return strings.Count(logs.String(), s) }
+
+	install(future)
+	clock.Advance(certCheckEvery)
+	served(good, "a pair not yet valid installed")
+	why := "not yet valid until " + future.TLS.Leaf.NotBefore.UTC().Format(time.RFC3339)
+	if n := count(why); n != 1 {
+		t.Fatalf("%d WARNs %q; want 1; log:\n%s", n, why, logs.String())
+	}
+	clock.Advance(certCheckEvery)
+	served(good, "the same files looked at again")
+	if n := count(why); n != 1 {
+		t.Fatalf("%d WARNs %q after looking at the same files again; want still 1", n, why)
+	}
+	clock.Set(future.TLS.Leaf.NotBefore.Add(time.Second))
+	served(future, "the clock past NotBefore")
+	if n := count("tls: reloaded"); n != 1 {
+		t.Fatalf("%d INFO tls: reloaded; want 1; log:\n%s", n, logs.String())
+	}
+
+	clock.Set(start.Add(2 * time.Hour))
+	install(good) // valid by the wall clock; expired by the reloader's
+	clock.Advance(certCheckEvery)
+	served(future, "a pair expired by the reloader's clock installed")
+	if why := "expired on " + good.TLS.Leaf.NotAfter.UTC().Format(time.RFC3339); count(why) != 1 {
+		t.Fatalf("no WARN %q; log:\n%s", why, logs.String())
+	}
+	if got, want := r.notAfter(), future.TLS.Leaf.NotAfter; !got.Equal(want) {
+		t.Errorf("notAfter() = %v; want the served certificate's, %v", got, want)
+	}
 }

@@ -177,6 +177,17 @@ func (r *Registry) Watch(c *coordinator.Coordinator, s *grpc.Server) {
 	}
 }
 
+// WatchTLSCert exports coordd_tls_cert_not_after_seconds, read from
+// notAfter at each scrape: when the certificate that the TLS listeners
+// serve expires. Call it once, and only when serving TLS: without it the
+// metric is absent, which leaves the expiry alert nothing to fire on.
+func (r *Registry) WatchTLSCert(notAfter func() time.Time) {
+	r.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordd_tls_cert_not_after_seconds",
+		Help: "When the certificate served by the gRPC listener and the HTTP door expires (its leaf's NotAfter), in Unix seconds. Follows each certificate installed by a reload; absent without tls.",
+	}, func() float64 { return float64(notAfter().Unix()) }))
+}
+
 // InstrumentHTTP wraps the HTTP door's handler so that it records
 // coordd_http_requests_total and coordd_http_request_duration_seconds.
 // Its calls also count in coordd_requests_total{source}, as gRPC calls do.

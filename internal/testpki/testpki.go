@@ -1,6 +1,6 @@
 // Package testpki makes throwaway certificate authorities and certificates
-// for tests of TLS and mutual TLS: ECDSA P-256 keys, valid for an hour,
-// written as PEM files under t.TempDir().
+// for tests of TLS and mutual TLS: ECDSA P-256 keys, valid for an hour (or as
+// ServerValid says), written as PEM files under t.TempDir().
 package testpki
 
 import (
@@ -80,24 +80,32 @@ func (ca *CA) Pool() *x509.CertPool {
 // Server issues a server certificate for 127.0.0.1, ::1 and localhost.
 func (ca *CA) Server(t testing.TB, name string) Pair {
 	t.Helper()
-	return ca.issue(t, name, x509.ExtKeyUsageServerAuth)
+	now := time.Now()
+	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, now.Add(-time.Minute), now.Add(time.Hour))
+}
+
+// ServerValid is Server with the given validity, for certificates that
+// are expired, not yet valid, or that expire at a chosen time.
+func (ca *CA) ServerValid(t testing.TB, name string, notBefore, notAfter time.Time) Pair {
+	t.Helper()
+	return ca.issue(t, name, x509.ExtKeyUsageServerAuth, notBefore, notAfter)
 }
 
 // Client issues a client certificate whose subject is name.
 func (ca *CA) Client(t testing.TB, name string) Pair {
 	t.Helper()
-	return ca.issue(t, name, x509.ExtKeyUsageClientAuth)
+	now := time.Now()
+	return ca.issue(t, name, x509.ExtKeyUsageClientAuth, now.Add(-time.Minute), now.Add(time.Hour))
 }
 
-func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
+func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time) Pair {
 	t.Helper()
 	key := newKey(t)
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(ca.serial.Add(1)),
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
