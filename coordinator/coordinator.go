@@ -31,7 +31,7 @@ type Coordinator struct {
 	cfg     Config
 	log     *slog.Logger
 	l1      *l1.Cache
-	store   *store.Redis // nil in single-node mode
+	co      coordination // in-process (single-node mode), or shared through Redis
 	clients map[string]*upstream.Client
 	m       Metrics
 	tr      tracer // off without Options.TracerProvider
@@ -111,8 +111,9 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		tr = t
 		c.ownTransport = t
 	}
+	c.co = inProcess{}
 	if opt.Redis != nil {
-		c.store = store.Start(ctx, opt.Redis, store.Config{
+		c.co = shared{store.Start(ctx, opt.Redis, store.Config{
 			Prefix:         cfg.KeyPrefix,
 			Timeout:        cfg.RedisTimeout,
 			RetryInterval:  cfg.RedisRetryInterval,
@@ -123,21 +124,18 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 			OnHealth:       opt.OnRedisHealth,
 			OnInvalidate:   c.dropLocal,
 			OnDrop:         c.l1.Delete,
-		})
+		})}
 	}
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
-		o := upstream.Options{
+		c.clients[up.Name] = upstream.NewClient(up, upstream.Options{
 			Transport:  tr,
 			Now:        cfg.Now,
 			Logger:     c.log.With("upstream", up.Name),
 			Metrics:    c.m,
 			Background: &c.wg,
-		}
-		if c.store != nil {
-			o.Shared = c.store
-		}
-		c.clients[up.Name] = upstream.NewClient(up, o)
+			Shared:     c.co.guards(),
+		})
 	}
 	return c, nil
 }
@@ -150,9 +148,7 @@ func (c *Coordinator) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
-	if c.store != nil {
-		c.store.Wait()
-	}
+	c.co.wait()
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
 	}
@@ -164,7 +160,7 @@ func (c *Coordinator) Close() error {
 func (c *Coordinator) Now() time.Time { return c.cfg.Now() }
 
 // RedisHealthy reports whether Redis is configured and believed up.
-func (c *Coordinator) RedisHealthy() bool { return c.store != nil && c.store.Healthy() }
+func (c *Coordinator) RedisHealthy() bool { return c.co.redisStatus().Healthy }
 
 // GetOptions tune one Get.
 type GetOptions struct {
@@ -309,28 +305,45 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 	return f, true
 }
 
-// run executes f to completion. A panic in the fill is turned into an
-// error for every caller instead of a hang.
+// run executes f to completion, and is the one place where a flight
+// finishes: its callers are answered, then the document lands for the
+// other instances when fill left that for after. A panic in the fill is
+// turned into an error for every caller instead of a hang.
 func (c *Coordinator) run(f *flight) {
 	defer c.wg.Done()
 	var (
-		res      *Result
-		err      error
-		finished bool
+		res  *Result
+		err  error
+		land func()
 	)
+	if perr := recovered(func() { res, err, land = c.fill(f) }); perr != nil {
+		res, err, land = nil, fmt.Errorf("%w: internal error: %v", ErrUnavailable, perr), nil
+		f.log.Error("flight panicked", "err", err)
+	}
+	c.leave(f)
+	f.finish(res, err)
+	if land != nil {
+		if perr := recovered(land); perr != nil {
+			f.log.Error("landing panicked", "err", perr)
+		}
+	}
+	f.tr.end(res, err)
+}
+
+// recovered runs fn and returns what it panicked with, or nil.
+func recovered(fn func()) (p any) {
+	finished := false
 	defer func() {
 		if !finished {
-			err = fmt.Errorf("%w: internal error: %v", ErrUnavailable, recover())
-			f.log.Error("flight panicked", "err", err)
+			p = recover()
+			if p == nil {
+				p = "panic(nil) or runtime.Goexit"
+			}
 		}
-		c.leave(f)
-		// A no-op when lead answered this instance's callers before
-		// landing (answerEarly): the first finish wins.
-		f.finish(res, err)
-		f.tr.end(res, err)
 	}()
-	res, err = c.fill(f)
+	fn()
 	finished = true
+	return nil
 }
 
 // leave removes f from the flights, unless an Invalidate already did.
@@ -349,59 +362,42 @@ func (c *Coordinator) setL1(f *flight, d *document.Document, enc []byte) {
 }
 
 // fill finds or fetches f's document: L2 first, then the fill lock. The
-// holder fetches; the others wait for its push.
-func (c *Coordinator) fill(f *flight) (*Result, error) {
+// holder fetches; the others wait for its push. land, when not nil, lands
+// the document for the other instances once run has answered this
+// instance's callers.
+func (c *Coordinator) fill(f *flight) (res *Result, err error, land func()) {
 	t := f.t
 	if f.seed != nil {
 		// Usually stale; fresh when a caller's max_age refused it.
 		f.fallback = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
-	f.gen = store.UnknownGen
-	r := c.store
-	if r != nil {
-		var d *document.Document
-		var enc []byte
-		d, enc, f.gen = r.GetDoc(c.ctx, t.id)
-		if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
-			c.setL1(f, d, enc)
-			return &Result{Doc: d, Source: SourceL2}, nil
-		}
-		c.keepAsFallback(f, d, enc)
+	d, enc, gen := c.co.read(c.ctx, t.id)
+	f.gen = gen
+	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
+		c.setL1(f, d, enc)
+		return &Result{Doc: d, Source: SourceL2}, nil, nil
 	}
+	c.keepAsFallback(f, d, enc)
 	if f.fallback != nil {
 		f.offerStale(f.fallback)
 	}
-	degraded := false
 	for {
 		if c.ctx.Err() != nil {
-			return f.fallback, ErrClosed
+			return f.fallback, ErrClosed, nil
 		}
-		if r == nil {
-			return c.lead(f, nil)
-		}
-		w := r.Register(t.id)
 		lt := f.tr.lock(c.ctx)
-		l, h, err := r.TryLock(c.ctx, t.id, c.cfg.LockTTL)
-		lt.end(l, h, err)
-		if err != nil {
-			// Fail open: this flight is the only fetch in this instance.
-			// When Redis did not answer, l is the lease we may hold: its
-			// token still lands and wakes whoever waits on it.
-			r.Unregister(w)
-			if !degraded {
-				degraded = true
-				f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
-			}
-			return c.lead(f, l)
+		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL)
+		lt.end(cl)
+		if cl.degraded {
+			f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 		}
-		if l != nil {
-			r.Unregister(w)
-			return c.lead(f, l)
+		if cl.lease != nil {
+			return c.lead(f, cl.lease)
 		}
-		next, res, err := c.follow(f, w, h)
-		r.Unregister(w)
+		next, res, err := c.follow(f, cl)
+		cl.unwatch()
 		if next == answered {
-			return res, err
+			return res, err, nil
 		}
 	}
 }
@@ -427,16 +423,15 @@ func (c *Coordinator) keepAsFallback(f *flight, d *document.Document, enc []byte
 // re-checks L2 after subscribing, so that a push that landed before the
 // subscription is not lost. It returns answered, or relock when the
 // holder is gone or what it landed is not this flight's answer.
-func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, *Result, error) {
-	r := c.store
-	t := f.t
+func (c *Coordinator) follow(f *flight, cl claim) (step, *Result, error) {
+	t, h := f.t, cl.holder
 	holder := h.Token
 	if holder == "" {
 		return relock, nil, nil // the lock expired between our two looks
 	}
 	c.m.Follower("remote")
 	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
-	d, enc, _ := r.GetDoc(c.ctx, t.id)
+	d, enc, _ := c.co.read(c.ctx, t.id)
 	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		return answered, &Result{Doc: d, Source: SourceL2}, nil
@@ -452,11 +447,11 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, 
 	lapsed := false // the lease was found gone; a push may still be on its way
 	for {
 		select {
-		case ev := <-w.Events():
+		case ev := <-cl.pushes:
 			f.tr.event(ev, holder)
 			switch ev.Type {
 			case store.EventDone:
-				d, enc, cached := r.Landed(c.ctx, ev)
+				d, enc, cached := c.co.landed(c.ctx, ev)
 				if !t.serves(d) {
 					return relock, nil, nil
 				}
@@ -494,7 +489,7 @@ func (c *Coordinator) follow(f *flight, w *store.Waiter, h store.Holder) (step, 
 			}
 		case <-timer.C:
 			if !lapsed {
-				now, err := r.HolderOf(c.ctx, t.id)
+				now, err := c.co.holder(c.ctx, t.id)
 				switch {
 				case err != nil:
 					// Redis is slow, not the holder gone: look again soon.
@@ -528,32 +523,38 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 	return left + rand.N(c.cfg.LockTTL/8+1)
 }
 
-// lead fetches f's document from the upstream under lease l (nil:
-// in-process only), wakes f's callers, then stores it in L2 and wakes the
-// followers of other instances. On failure it answers f's fallback with
-// the error, for stale-if-error.
-func (c *Coordinator) lead(f *flight, l *store.Lease) (*Result, error) {
-	if l != nil {
-		defer l.StopWatchdog() // every path below hands the lock off; this covers a panic
+// lead fetches f's document from the upstream under lease l, wakes f's
+// callers, then stores it in L2 and wakes the followers of other
+// instances (land, when run does that after answering f's callers). On
+// failure it answers f's fallback with the error, for stale-if-error.
+func (c *Coordinator) lead(f *flight, l lease) (res *Result, err error, land func()) {
+	defer func() {
+		if land == nil {
+			l.stop() // every path below hands the lease off; this covers a panic
+		}
+	}()
+	if l.shared() {
 		if res := c.recheck(f, l); res != nil {
-			return res, nil
+			return res, nil, nil
 		}
 	}
 	d, cache, err := c.fetch(f, l)
 	if err != nil {
-		return c.failed(f, l, err)
+		res, err := c.failed(f, l, err)
+		return res, err, nil
 	}
-	return c.deliver(f, l, d, cache), nil
+	res, land = c.deliver(f, l, d, cache)
+	return res, nil, land
 }
 
 // recheck looks at L2 once more under lease l: the previous holder may
 // have filled it between fill's read and our lock. A fresh copy answers f
 // and is handed off to the followers; any other becomes f's fallback.
-func (c *Coordinator) recheck(f *flight, l *store.Lease) *Result {
-	d, enc, _ := c.store.GetDoc(c.ctx, f.t.id)
+func (c *Coordinator) recheck(f *flight, l lease) *Result {
+	d, enc, _ := c.co.read(c.ctx, f.t.id)
 	if f.t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
-		l.HandOff(store.Event{Type: store.EventDone}) // names id's document in L2
+		l.handOff(store.Event{Type: store.EventDone}) // names id's document in L2
 		return &Result{Doc: d, Source: SourceL2}
 	}
 	c.keepAsFallback(f, d, enc) // for stale-if-error, and a conditional fetch
@@ -563,7 +564,7 @@ func (c *Coordinator) recheck(f *flight, l *store.Lease) *Result {
 // fetch asks f's upstream through its guard under lease l (whose events
 // carry the fetch's span), conditionally when f has a 2xx fallback, and
 // turns the answer into a Document that may be cached or not.
-func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool, error) {
+func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
 	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass()}
@@ -584,9 +585,11 @@ func (c *Coordinator) fetch(f *flight, l *store.Lease) (*document.Document, bool
 }
 
 // deliver stores d in L1 (or drops L1's old copy if d is not to be
-// cached), answers f's callers and lands d for the other instances.
-func (c *Coordinator) deliver(f *flight, l *store.Lease, d *document.Document, cache bool) *Result {
-	res := &Result{Doc: d, Source: SourceUpstream}
+// cached) and lands it for the other instances: after run has answered
+// f's callers (land), or, for a copy not to be cached or stale on arrival,
+// before.
+func (c *Coordinator) deliver(f *flight, l lease, d *document.Document, cache bool) (res *Result, land func()) {
+	res = &Result{Doc: d, Source: SourceUpstream}
 	enc := d.Encode() // once, for L1 and L2
 	if !cache {
 		// Never cached: its old copy must not be served any longer,
@@ -595,39 +598,32 @@ func (c *Coordinator) deliver(f *flight, l *store.Lease, d *document.Document, c
 	} else {
 		c.setL1(f, d, enc)
 	}
+	land = func() { c.landRemote(f, l, d, enc, cache) }
 	if cache && !d.StaleOnArrival() {
-		c.answerEarly(f, res) // this instance's callers first, then the others
+		return res, land // this instance's callers first, then the others
 	}
 	// Otherwise the lock goes before the callers are answered, so that a
 	// call made after the answer fetches anew instead of following this
 	// flight's landing.
-	c.landRemote(f, l, d, enc, cache)
-	return res
+	land()
+	return res, nil
 }
 
 // failed ends a lead whose fetch failed with err: it hands the failure
 // (or, when closing, a release) to the followers and answers f's
 // fallback with err.
-func (c *Coordinator) failed(f *flight, l *store.Lease, err error) (*Result, error) {
+func (c *Coordinator) failed(f *flight, l lease, err error) (*Result, error) {
 	stale := f.fallback
 	if c.ctx.Err() != nil {
-		l.HandOff(store.Event{Type: store.EventRelease})
+		l.handOff(store.Event{Type: store.EventRelease})
 		return stale, ErrClosed
 	}
 	f.log.Warn("upstream fetch failed", "upstream", f.t.upstream.Name, "url", f.t.URL, "err", err, "stale", stale != nil)
 	if stale != nil {
 		c.coolDown(f.t.id)
 	}
-	l.HandOff(store.Event{Type: store.EventFail, Kind: errorKind(err), Msg: err.Error(), Wait: upstream.RetryAfter(err).Milliseconds()})
+	l.handOff(store.Event{Type: store.EventFail, Kind: errorKind(err), Msg: err.Error(), Wait: upstream.RetryAfter(err).Milliseconds()})
 	return stale, err
-}
-
-// answerEarly answers f's callers with res and takes f out of the
-// flights before lead lands res in L2, so that this instance's callers do
-// not wait for Redis; run's own finish then finds f done.
-func (c *Coordinator) answerEarly(f *flight, res *Result) {
-	c.leave(f)
-	f.finish(res, nil)
 }
 
 // document turns an upstream answer into a Document and says whether it
@@ -677,19 +673,18 @@ func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result)
 // l and wakes the followers of every instance, fenced against Invalidate
 // (see store.Redis.Land). If the landing is refused or fails, the lock is
 // released and a release event sent, so followers re-check at once.
-func (c *Coordinator) landRemote(f *flight, l *store.Lease, d *document.Document, enc []byte, cache bool) {
-	r := c.store
-	if r == nil || (l == nil && f.gen == store.UnknownGen) {
+func (c *Coordinator) landRemote(f *flight, l lease, d *document.Document, enc []byte, cache bool) {
+	if !l.lands(f.gen) {
 		return // nothing to fence the write with, and nobody waits on us
 	}
 	lt := f.tr.land(c.ctx, cache)
-	landed, err := r.Land(l, f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
+	landed, err := l.land(f.t.id, f.gen, enc, d.StaleUntil.Sub(c.cfg.Now()), cache)
 	lt.end(landed, err)
 	if !landed {
 		if err != nil {
 			f.log.Warn("storing in redis failed; followers re-check", "err", err)
 		}
-		l.HandOff(store.Event{Type: store.EventRelease})
+		l.handOff(store.Event{Type: store.EventRelease})
 	}
 }
 
@@ -719,10 +714,7 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 		return false, ErrClosed
 	}
 	c.dropLocal(t.id)
-	if c.store == nil {
-		return false, nil
-	}
-	return c.store.Invalidate(ctx, t.id, c.genTTL)
+	return c.co.invalidate(ctx, t.id, c.genTTL)
 }
 
 // coolDown stops stale hits from starting background refreshes of id for

@@ -158,7 +158,10 @@ func (c *Coordinator) L1Stats() L1Stats {
 
 // RedisConfigured reports whether the Coordinator runs with Redis, rather
 // than in single-node mode.
-func (c *Coordinator) RedisConfigured() bool { return c.store != nil }
+func (c *Coordinator) RedisConfigured() bool {
+	_, ok := c.co.(shared)
+	return ok
+}
 
 // Upstreams returns the names of the configured upstreams.
 func (c *Coordinator) Upstreams() []string {

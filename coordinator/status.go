@@ -115,10 +115,7 @@ var StatusWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minu
 // changes nothing.
 func (c *Coordinator) Status(ctx context.Context) Status {
 	now := c.cfg.Now()
-	s := Status{Now: now, L1: c.L1Stats(), Redis: RedisStatus{Mode: "single-node"}}
-	if c.store != nil {
-		s.Redis = RedisStatus{Mode: c.store.Mode(), Healthy: c.store.Healthy(), Downs: c.store.Downs()}
-	}
+	s := Status{Now: now, L1: c.L1Stats(), Redis: c.co.redisStatus()}
 
 	c.mu.Lock()
 	flights := make([]*flight, 0, len(c.flights))
@@ -173,7 +170,7 @@ func (c *Coordinator) flightStatus(f *flight, now time.Time) FlightStatus {
 	if degraded && fs.Role == RoleLeader.String() {
 		fs.Role = "degraded"
 	}
-	if c.store == nil || degraded {
+	if !c.RedisConfigured() || degraded {
 		fs.FollowersElsewhere = 0
 	}
 	return fs

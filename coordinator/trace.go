@@ -100,21 +100,21 @@ func (ft *flightTrace) lock(c context.Context) lockTrace {
 	return lockTrace{ft: ft, span: s}
 }
 
-// end records the attempt's outcome: acquired, contended (and so the
+// end records the claim's outcome: acquired, contended (and so the
 // flight follows) or unavailable (Redis did not answer).
-func (lt lockTrace) end(l *store.Lease, h store.Holder, err error) {
+func (lt lockTrace) end(cl claim) {
 	if lt.span == nil {
 		return
 	}
 	outcome := "acquired"
 	switch {
-	case err != nil:
+	case cl.err != nil:
 		outcome = "unavailable"
-		lt.span.RecordError(err)
-	case l == nil:
+		lt.span.RecordError(cl.err)
+	case cl.lease == nil:
 		outcome = "contended"
 		lt.ft.role = "follower"
-		lt.span.SetAttributes(attribute.Int64("coordd.lock.holder_left_ms", h.Left.Milliseconds()))
+		lt.span.SetAttributes(attribute.Int64("coordd.lock.holder_left_ms", cl.holder.Left.Milliseconds()))
 	}
 	lt.span.SetAttributes(attribute.String("coordd.lock.outcome", outcome))
 	lt.span.End()
@@ -124,11 +124,11 @@ func (lt lockTrace) end(l *store.Lease, h store.Holder, err error) {
 type fetchTrace struct{ span trace.Span }
 
 // fetch starts the span of the flight's upstream fetch under lease l
-// (nil: in-process only) and returns the context to fetch with: c,
+// and returns the context to fetch with: c,
 // carrying the span, under which package upstream traces each attempt.
 // l's events carry the span's traceparent, for followers elsewhere to
 // link to.
-func (ft *flightTrace) fetch(c context.Context, l *store.Lease) (context.Context, fetchTrace) {
+func (ft *flightTrace) fetch(c context.Context, l lease) (context.Context, fetchTrace) {
 	if ft.span == nil {
 		return c, fetchTrace{}
 	}
@@ -137,7 +137,7 @@ func (ft *flightTrace) fetch(c context.Context, l *store.Lease) (context.Context
 	if sc := s.SpanContext(); sc.IsValid() {
 		carrier := propagation.MapCarrier{}
 		w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), carrier)
-		l.SetTrace(carrier.Get("traceparent"))
+		l.setTrace(carrier.Get("traceparent"))
 	}
 	return ctx, fetchTrace{span: s}
 }

@@ -17,13 +17,20 @@ import (
 // those who wait on its lock; a document written to L2 is always
 // announced. landed is false when the script refused (the fill was
 // fenced); the caller then hands off with a release, as on an error.
+//
+// l is nil when the fill holds no lock (Redis was down when it asked):
+// the landing is then fenced by gen alone.
 func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, cacheable bool) (landed bool, err error) {
-	l.StopWatchdog()
+	var token, trace string
+	if l != nil {
+		l.StopWatchdog()
+		token, trace = l.token, l.trace
+	}
 	rkey := r.docKey(id)
 	if !cacheable || ttl < time.Millisecond {
 		rkey, ttl = r.prefix+"{"+id+"}:result:"+newToken(), r.resultTTL
 	}
-	ev := Event{Type: EventDone, Key: id, Token: l.Token(), Result: rkey, Drop: !cacheable, Trace: l.traceparent()}
+	ev := Event{Type: EventDone, Key: id, Token: token, Result: rkey, Drop: !cacheable, Trace: trace}
 	if len(enc) <= r.inlineMax {
 		ev.Doc = enc
 	}
@@ -35,7 +42,7 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 	err = r.evenIfDown(ctx, len(enc)+len(msg), func(ctx context.Context) (err error) {
 		n, err = r.runOnce(ctx, landScript, r.docKey(id),
 			[]string{rkey, r.lockKey(id), r.genKey(id), r.docKey(id)},
-			l.Token(), gen, enc, ttl.Milliseconds(), channel, msg).Int64()
+			token, gen, enc, ttl.Milliseconds(), channel, msg).Int64()
 		if err == nil && n == 1 {
 			err = r.announce(ctx, id, payload)
 		}
@@ -48,12 +55,8 @@ func (r *Redis) Land(l *Lease, id, gen string, enc []byte, ttl time.Duration, ca
 // every instance's followers, in one script, whatever the health state
 // says (bounded by the timeout). The order matters: a follower woken by ev
 // must find the lock free, or it would wait for a lease that nobody holds
-// any more. A done event without a Result names id's document in L2. A
-// nil lease does nothing: nobody waits on it.
+// any more. A done event without a Result names id's document in L2.
 func (l *Lease) HandOff(ev Event) {
-	if l == nil {
-		return
-	}
 	l.StopWatchdog()
 	r := l.r
 	ev.Key, ev.Token = l.id, l.token

@@ -106,9 +106,8 @@ func (r *Redis) runOnce(ctx context.Context, s *redis.Script, tagged string, key
 // to the lock request was lost, the lease is kept (uncertain) so that its
 // token can still land, release and publish for the followers that wait
 // on it. A watchdog extends it every ttl/3 until StopWatchdog; Land or
-// HandOff then deletes the lock. A nil *Lease means "in-process only"
-// (single-node mode, or Redis down when the lock was asked for): its
-// methods do nothing.
+// HandOff then deletes the lock. The engine's in-process coordination
+// (single-node mode, Redis down) has no Lease.
 type Lease struct {
 	r     *Redis
 	id    string
@@ -224,20 +223,11 @@ func (l *Lease) watchdog() {
 	}
 }
 
-// Token is the lease's token, which the events it publishes carry; "" for
-// a nil Lease.
-func (l *Lease) Token() string {
-	if l == nil {
-		return ""
-	}
-	return l.token
-}
+// Token is the lease's token, which the events it publishes carry.
+func (l *Lease) Token() string { return l.token }
 
 // StopWatchdog stops extending the lease; idempotent.
 func (l *Lease) StopWatchdog() {
-	if l == nil {
-		return
-	}
 	l.once.Do(func() {
 		close(l.stop)
 		<-l.done

@@ -1,0 +1,128 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/store"
+	"github.com/coordd/coordd/coordinator/upstream"
+)
+
+// coordination is how a flight shares its fill with the other instances:
+// the copy in L2, the fill lock, the push that wakes the followers. It has
+// two implementations: inProcess (single-node mode: nothing is shared, and
+// every flight leads) and shared (Redis: see shared.go, where falling back
+// to in-process coordination while Redis does not answer lives).
+type coordination interface {
+	// read returns id's copy in L2 with its encoding (nil: none, or not
+	// shared), and id's generation, which fences a landing against
+	// Invalidate (store.UnknownGen: unknown).
+	read(ctx context.Context, id string) (d *document.Document, enc []byte, gen string)
+	// claim asks for id's fill lock for ttl, watching id's pushes first
+	// so that none is lost: the flight then either leads under a lease,
+	// or follows the instance that holds the lock.
+	claim(ctx context.Context, id string, ttl time.Duration) claim
+	// holder looks at who holds id's fill lock now, and for how long yet.
+	holder(ctx context.Context, id string) (store.Holder, error)
+	// landed returns the document a done push announces; cached: it
+	// landed in L2 as its id's copy, rather than for followers only.
+	landed(ctx context.Context, ev store.Event) (d *document.Document, enc []byte, cached bool)
+	// invalidate drops id's copy from L2 and fences every fill of it in
+	// flight; it reports whether L2 held it.
+	invalidate(ctx context.Context, id string, genTTL time.Duration) (existed bool, err error)
+
+	// guards is where the upstreams' guards of every instance meet; nil:
+	// each instance guards its upstreams alone.
+	guards() upstream.Shared
+	// redisStatus is Redis as a status page shows it.
+	redisStatus() RedisStatus
+	// wait returns once the background work has stopped (after the
+	// Coordinator's context ended).
+	wait()
+}
+
+// claim is the outcome of coordination.claim: a lease to lead under, or
+// a holder to follow.
+type claim struct {
+	// lease, when not nil: the flight fetches under it.
+	lease lease
+	// degraded: Redis did not answer, and lease coordinates this instance
+	// only (err says why).
+	degraded bool
+	err      error
+	// Otherwise, the instance holding the lock, and its pushes until
+	// unwatch is called.
+	holder  store.Holder
+	pushes  <-chan store.Event
+	unwatch func()
+}
+
+// lease is a flight's right to fetch its key, which it gives up by landing
+// the document or handing off. All methods are called from the flight's
+// goroutine.
+type lease interface {
+	// shared: the lease is (or may be) a fill lock in Redis, under which
+	// the flight reads L2 once more before fetching.
+	shared() bool
+	// setTrace makes the lease's pushes carry the fetch's traceparent.
+	setTrace(traceparent string)
+	// lands reports whether land would store anything: there is a lock
+	// in Redis, or a generation (gen) to fence the write with.
+	lands(gen string) bool
+	// land stores the document, encoded as enc, for the other instances
+	// (in L2 for ttl when cacheable), releases the lease and wakes them,
+	// fenced by the lease or by gen. landed is false when the landing was
+	// fenced off, or failed (err). Call it only if lands(gen).
+	land(id, gen string, enc []byte, ttl time.Duration, cacheable bool) (landed bool, err error)
+	// handOff releases the lease and pushes ev to the followers.
+	handOff(ev store.Event)
+	// stop stops keeping the lease alive; idempotent.
+	stop()
+}
+
+// inProcess is single-node coordination: no L2, no lock to share, and
+// every flight leads under a lease that binds nobody else. The flights of
+// this instance are still one per key (join).
+type inProcess struct{}
+
+func (inProcess) read(context.Context, string) (*document.Document, []byte, string) {
+	return nil, nil, store.UnknownGen
+}
+
+func (inProcess) claim(context.Context, string, time.Duration) claim {
+	return claim{lease: localLease{}}
+}
+
+func (inProcess) holder(context.Context, string) (store.Holder, error) {
+	return store.Holder{}, nil
+}
+
+func (inProcess) landed(context.Context, store.Event) (*document.Document, []byte, bool) {
+	return nil, nil, false
+}
+
+func (inProcess) invalidate(context.Context, string, time.Duration) (bool, error) {
+	return false, nil
+}
+
+func (inProcess) guards() upstream.Shared { return nil }
+
+func (inProcess) redisStatus() RedisStatus { return RedisStatus{Mode: "single-node"} }
+
+func (inProcess) wait() {}
+
+// localLease binds this instance's flight of a key only: single-node
+// mode, or Redis marked down when the lock was asked for.
+type localLease struct{}
+
+func (localLease) shared() bool     { return false }
+func (localLease) setTrace(string)  {}
+func (localLease) handOff(store.Event) {}
+func (localLease) stop()            {}
+
+func (localLease) lands(string) bool { return false }
+
+func (localLease) land(string, string, []byte, time.Duration, bool) (bool, error) {
+	return false, nil
+}
