@@ -116,10 +116,10 @@ func (inProcess) wait() {}
 // mode, or Redis marked down when the lock was asked for.
 type localLease struct{}
 
-func (localLease) shared() bool     { return false }
-func (localLease) setTrace(string)  {}
+func (localLease) shared() bool        { return false }
+func (localLease) setTrace(string)     {}
 func (localLease) handOff(store.Event) {}
-func (localLease) stop()            {}
+func (localLease) stop()               {}
 
 func (localLease) lands(string) bool { return false }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator/internal/guardwire"
 )
 
 // The shared guard keeps one Redis hash per upstream, so that a script
@@ -145,42 +147,16 @@ return {from, changed}
 // guardKey is the hash of upstream's shared guard.
 func (r *Redis) guardKey(upstream string) string { return r.prefix + "protect:{" + upstream + "}" }
 
-// Admit is what admitScript is asked: see there.
-type Admit struct {
-	Now      time.Time     // zero: Redis's clock
-	Interval time.Duration // between rate-limit slots; 0: no limit
-	Tau      time.Duration // how far ahead of the schedule a slot may be
-	MaxWait  time.Duration // the latest start of a slot booked
-	Probes   int           // half-open probe slots
-	Lease    time.Duration // of a half-open probe slot
-	TTL      time.Duration // of the guard's hash
-}
-
-// Admission is admitScript's answer.
-type Admission struct {
-	Verdict string        // "ok", "open" or "limited"
-	Wait    time.Duration // until the slot starts; open: until half-open, when known
-	Gen     int64         // the breaker generation the attempt belongs to
-	Changed string        // "half" when the breaker turned half-open; else ""
-	Probe   int           // half-open probe slot held, 1-based; 0: none
-	Backoff time.Duration // how much of Wait is the upstream's backoff
-}
-
-// Record is what recordScript is told: see there.
-type Record struct {
-	Now              time.Time // zero: Redis's clock
-	Outcome          string    // "s" (success), "f" (failure) or "n" (nothing learnt)
-	Gen              int64
-	Probe            int
-	Backoff          time.Duration // the upstream asked for; 0: none
-	FailureThreshold int
-	FailureRate      float64
-	MinRequests      int
-	Window, OpenFor  time.Duration
-	CloseAfter       int
-	Probes           int
-	TTL              time.Duration // of the guard's hash
-}
+// The guard's messages, shared with package upstream, whose guards ask
+// them (upstream.Shared).
+type (
+	// Admit is what admitScript is asked: see there.
+	Admit = guardwire.Admit
+	// Admission is admitScript's answer.
+	Admission = guardwire.Admission
+	// Record is what recordScript is told: see there.
+	Record = guardwire.Record
+)
 
 // clock is ARGV[1]: empty for Redis's clock.
 func clock(now time.Time) string {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/coordinator/internal/guardwire"
 )
 
 // Mode names the kind of Redis deployment r talks to: "cluster" (Redis
@@ -33,20 +35,8 @@ local v = redis.call('HMGET', KEYS[1], 'state', 'until', 'tat', 'backoff')
 return {v[1] or 'closed', v[2] or '0', v[3] or '0', v[4] or '0', fmt(now)}`)
 
 // GuardState is the shared guard of one upstream as a status page shows
-// it, its times measured from now by Redis's clock (or the one passed).
-type GuardState struct {
-	// Breaker is "closed", "half" (half-open) or "open".
-	Breaker string
-	// Until is, while open, how long until the breaker turns half-open;
-	// else 0.
-	Until time.Duration
-	// TAT is the rate limit's theoretical arrival time of the next
-	// request, from now: negative when the limit has been idle.
-	TAT time.Duration
-	// Backoff is how long the backoff the upstream asked for (Retry-After)
-	// still holds every slot; 0: none.
-	Backoff time.Duration
-}
+// it (guardwire.GuardState).
+type GuardState = guardwire.GuardState
 
 // GuardState reads upstream's shared guard in one round trip, read-only,
 // within ctx and the Redis timeout. now is the guard's clock (zero:

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/store"
+	"github.com/coordd/coordd/coordinator/internal/guardwire"
 )
 
 // A guard admits attempts to one upstream and learns from their outcomes:
@@ -121,18 +121,31 @@ func (g *localGuard) backOff(d time.Duration) {
 	g.limit.backOff(g.now(), d)
 }
 
-// Shared is where the guards of every instance meet: the store package's
-// *store.Redis satisfies it. Admit and Record are one round trip each and
+// Shared is where the guards of every instance meet (the store package's
+// *store.Redis satisfies it). Admit and Record are one round trip each and
 // fail fast while Redis is down, when the caller falls back to its
 // localGuard; the breaker's state machine runs there as admitScript and
 // recordScript, the same machine as breaker's.
 type Shared interface {
-	Admit(ctx context.Context, upstream string, a store.Admit) (store.Admission, error)
-	Record(ctx context.Context, upstream string, r store.Record) (from, to string, err error)
+	Admit(ctx context.Context, upstream string, a SharedAdmit) (SharedAdmission, error)
+	Record(ctx context.Context, upstream string, r SharedRecord) (from, to string, err error)
 	BreakerState(ctx context.Context, upstream string) (string, error)
 	// GuardState reads the guard for a status page, changing nothing.
-	GuardState(ctx context.Context, upstream string, now time.Time) (store.GuardState, error)
+	GuardState(ctx context.Context, upstream string, now time.Time) (SharedState, error)
 }
+
+// The messages of Shared, defined beside the store's scripts that answer
+// them (package guardwire), so that neither package imports the other.
+type (
+	// SharedAdmit asks the shared guard to admit an attempt.
+	SharedAdmit = guardwire.Admit
+	// SharedAdmission is the shared guard's answer.
+	SharedAdmission = guardwire.Admission
+	// SharedRecord tells the shared guard an attempt's outcome.
+	SharedRecord = guardwire.Record
+	// SharedState is the shared guard as a status page shows it.
+	SharedState = guardwire.GuardState
+)
 
 // sharedGuard is the guard shared by every instance through a Shared
 // store. It is safe for concurrent use.
@@ -170,7 +183,7 @@ func (g *sharedGuard) clock() time.Time {
 }
 
 func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration) (admission, error) {
-	res, err := g.s.Admit(ctx, g.up, store.Admit{
+	res, err := g.s.Admit(ctx, g.up, SharedAdmit{
 		Now: g.clock(), Interval: g.interval, Tau: g.tau, MaxWait: maxWait,
 		Probes: g.p.Breaker.HalfOpenProbes, Lease: g.lease, TTL: g.ttl,
 	})
@@ -192,7 +205,7 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration) (admissi
 
 func (g *sharedGuard) record(ctx context.Context, a admission, o outcome, backoff time.Duration) {
 	b := &g.p.Breaker
-	from, to, err := g.s.Record(ctx, g.up, store.Record{
+	from, to, err := g.s.Record(ctx, g.up, SharedRecord{
 		Now: g.clock(), Outcome: [...]string{outcomeSuccess: "s", outcomeFailure: "f", outcomeNone: "n"}[o],
 		Gen: a.gen, Probe: a.probe, Backoff: backoff,
 		FailureThreshold: b.FailureThreshold, FailureRate: b.FailureRate, MinRequests: b.MinRequests,
