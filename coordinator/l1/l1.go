@@ -4,6 +4,7 @@ package l1
 
 import (
 	"context"
+	"hash/fnv"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -27,6 +28,8 @@ type Cache struct {
 
 	evicted atomic.Int64 // dropped to make room
 	expired atomic.Int64 // dropped past the life window
+
+	stripes [64]sync.Mutex // order each id's Set and Delete (stripe)
 
 	mu  sync.Mutex // protects hot
 	hot map[string]weak.Pointer[document.Document]
@@ -94,17 +97,21 @@ func (l *Cache) Get(key string) *document.Document {
 
 // Set stores d, whose encoding is enc, under its cache id, replacing any
 // older copy, but not a newer one that is still alive in this process. enc
-// is copied into bigcache; d keeps sharing its own body.
+// is copied into bigcache; d keeps sharing its own body. The check and the
+// store are one step for each id: of two Sets racing, the newer copy wins.
 func (l *Cache) Set(d *document.Document, enc []byte) {
 	id := d.ID()
+	mu := l.stripe(id)
+	mu.Lock()
+	defer mu.Unlock()
 	l.mu.Lock()
-	if cur := l.hot[id].Value(); cur != nil && cur.URL == d.URL && cur.FetchedAt.After(d.FetchedAt) {
-		l.mu.Unlock()
+	cur := l.hot[id].Value()
+	l.mu.Unlock()
+	if cur != nil && cur.URL == d.URL && cur.FetchedAt.After(d.FetchedAt) {
 		return
 	}
-	l.mu.Unlock()
 	if err := l.bc.Set(id, enc); err != nil {
-		l.Delete(id) // too large for a shard: never serve an older copy
+		l.deleteLocked(id) // too large for a shard: never serve an older copy
 		return
 	}
 	l.remember(d)
@@ -112,10 +119,27 @@ func (l *Cache) Set(d *document.Document, enc []byte) {
 
 // Delete removes key.
 func (l *Cache) Delete(key string) {
+	mu := l.stripe(key)
+	mu.Lock()
+	defer mu.Unlock()
+	l.deleteLocked(key)
+}
+
+// deleteLocked is Delete, under key's stripe.
+func (l *Cache) deleteLocked(key string) {
 	l.mu.Lock()
 	delete(l.hot, key)
 	l.mu.Unlock()
 	_ = l.bc.Delete(key)
+}
+
+// stripe is the lock that orders the Sets and Deletes of key: one of a
+// fixed few, so that Sets of different documents rarely wait on each
+// other while bigcache copies their bodies.
+func (l *Cache) stripe(key string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return &l.stripes[h.Sum32()%uint32(len(l.stripes))]
 }
 
 func (l *Cache) remember(d *document.Document) {
