@@ -112,7 +112,7 @@ func (c *Config) setDefaults() {
 	copy(ups, c.Upstreams)
 	c.Upstreams = ups
 	for i := range c.Upstreams {
-		c.Upstreams[i].SetDefaults()
+		upstream.SetDefaults(&c.Upstreams[i])
 	}
 }
 
@@ -120,7 +120,7 @@ func (c *Config) validate() error {
 	seen := map[string]bool{}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
-		if err := u.Validate(fmt.Sprintf("upstreams[%d]", i)); err != nil {
+		if err := upstream.Validate(u, fmt.Sprintf("upstreams[%d]", i)); err != nil {
 			return err
 		}
 		if seen[u.Name] {

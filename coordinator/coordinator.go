@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/internal/observe"
 	"github.com/coordd/coordd/coordinator/l1"
 	"github.com/coordd/coordd/coordinator/store"
 	"github.com/coordd/coordd/coordinator/upstream"
@@ -96,7 +97,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		log:     cfg.Logger.With("component", "coordinator"),
 		l1:      cache,
 		clients: make(map[string]*upstream.Client),
-		m:       orNop(opt.Metrics),
+		m:       observe.OrNop(opt.Metrics),
 		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
 		cooling: make(map[string]time.Time),
@@ -708,7 +709,7 @@ func (c *Coordinator) dropLocal(id string) {
 // instance, and fences every fill of it already running: none lands its
 // older copy afterwards. It reports whether L2 held it. With Redis down it
 // clears this instance's L1 and returns an error wrapping
-// ErrRedisUnavailable. Build t with Resolve or ResolveInvalidation.
+// ErrRedisUnavailable. Build t with ResolveIn or ResolveInvalidationIn.
 func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	if c.closed.Load() {
 		return false, ErrClosed

@@ -6,107 +6,21 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/coordd/coordd/coordinator/internal/observe"
 	"github.com/coordd/coordd/internal/logctx"
 )
 
-// Metrics observes a Coordinator, for monitoring: the events below are
-// pushed to it as they happen; states (L1, Redis health, breakers) are
-// read when wanted with L1Stats, RedisHealthy and Breakers. Its methods
-// are called on the request path, some while a lock is held: they must be
-// fast, must not block and must not call back into the Coordinator. An
-// implementation must be safe for concurrent use. Every label value comes
-// from a small fixed set written beside each method, or is an upstream's
-// configured name.
-type Metrics interface {
-	// Request counts a Get that returned, by where its answer came from:
-	// "l1", "l2", "upstream", "stale" (a stale copy, from either tier),
-	// "canceled" (the caller canceled or went away first: no error of
-	// coordd's) or "error".
-	Request(source string)
-	// Follower counts a wait for a fetch that someone else started, by
-	// scope: "local", a call that joined this instance's flight of its
-	// key; "remote", a flight of this instance that waits for the instance
-	// holding the key's fill lock.
-	Follower(scope string)
-	// FollowerLag observes, for a Get that returns a document fetched
-	// while it waited, the time from the upstream's answer (the
-	// Document's FetchedAt, by the clock of the instance that fetched it)
-	// to Get's return, which the caller's metadata follows at once.
-	FollowerLag(d time.Duration)
-	// Fetch counts an upstream fetch this instance started, as a flight's
-	// leader; its HTTP attempts are counted by UpstreamRequest.
-	Fetch(upstream string)
-	// UpstreamRequest counts one HTTP attempt to upstream (retries
-	// included) by the status code answered; 0 when none was (network
-	// error, timeout, body too large).
-	UpstreamRequest(upstream string, status int)
-	// Retry counts a retry about to be attempted.
-	Retry(upstream string)
-	// BreakerTransition counts a breaker state change that this instance
-	// made. scope is "cluster" (the breaker shared through Redis) or
-	// "instance" (this instance's own, in single-node mode and while Redis
-	// is down); from and to are "closed", "half-open" or "open".
-	BreakerTransition(upstream, scope, from, to string)
-	// BreakerRejected counts a fetch failed at once by an open breaker.
-	BreakerRejected(upstream string)
-	// RateLimitWait observes a wait for a rate-limit slot, or for the end
-	// of the backoff an upstream asked for (Retry-After).
-	RateLimitWait(upstream string, d time.Duration)
-	// RateLimitRefused counts a fetch refused because its slot started
-	// past the time it could wait.
-	RateLimitRefused(upstream string)
-	// Lock counts an attempt at a key's fill lock by outcome: "acquired",
-	// "contended" (another instance holds it) or "unavailable" (Redis is
-	// down or did not answer).
-	Lock(outcome string)
-	// LockExtension counts a lease extension by the watchdog of a held
-	// fill lock, by result: "ok", "lost" (the lock was no longer ours) or
-	// "error".
-	LockExtension(result string)
-	// TimerWakeup counts a follower woken by the end of the holder's lease
-	// instead of by a push, after which it may take the lock over. It
-	// stays 0 unless a lock holder died or a push was lost.
-	TimerWakeup()
-	// RedisError counts a failed Redis operation by kind: "reply" (Redis
-	// answered with an error: OOM, READONLY…) or "unavailable" (no answer
-	// in time, or a network error: Redis becomes suspect).
-	RedisError(kind string)
-	// RedisHealth counts a change of Redis's health: found down (false)
-	// or back (true).
-	RedisHealth(up bool)
-	// Flights observes a change in the number of flights this instance
-	// runs: +1 when one starts, -1 when it ends or an Invalidate detaches
-	// it (it then runs on unseen, and takes no new callers).
-	Flights(delta int)
-}
+// Metrics observes a Coordinator, for monitoring (see
+// observe.Metrics for each event): the events are pushed to it as they
+// happen; states (L1, Redis health, breakers) are read when wanted with
+// L1Stats, RedisHealthy and Breakers. Its methods are called on the
+// request path, some while a lock is held: they must be fast, must not
+// block and must not call back into the Coordinator. An implementation
+// must be safe for concurrent use.
+type Metrics = observe.Metrics
 
 // NopMetrics is a Metrics that does nothing: the default.
-type NopMetrics struct{}
-
-func (NopMetrics) Request(string)                      {}
-func (NopMetrics) Follower(string)                     {}
-func (NopMetrics) FollowerLag(time.Duration)           {}
-func (NopMetrics) Fetch(string)                        {}
-func (NopMetrics) UpstreamRequest(string, int)         {}
-func (NopMetrics) Retry(string)                        {}
-func (NopMetrics) BreakerTransition(_, _, _, _ string) {}
-func (NopMetrics) BreakerRejected(string)              {}
-func (NopMetrics) RateLimitWait(string, time.Duration) {}
-func (NopMetrics) RateLimitRefused(string)             {}
-func (NopMetrics) Lock(string)                         {}
-func (NopMetrics) LockExtension(string)                {}
-func (NopMetrics) TimerWakeup()                        {}
-func (NopMetrics) RedisError(string)                   {}
-func (NopMetrics) RedisHealth(bool)                    {}
-func (NopMetrics) Flights(int)                         {}
-
-// orNop returns m, or NopMetrics if m is nil.
-func orNop(m Metrics) Metrics {
-	if m == nil {
-		return NopMetrics{}
-	}
-	return m
-}
+type NopMetrics = observe.Nop
 
 // observeGet reports a Get of t that started at start and returned res,
 // err.

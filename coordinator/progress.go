@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/internal/observe"
 )
 
 // Document is one cached upstream answer (see document.Document).
@@ -32,18 +33,18 @@ func (r Role) String() string {
 }
 
 // Stage is what a call is waiting for.
-type Stage int
+type Stage = observe.Stage
 
 // Stages.
 const (
-	StageJoined        Stage = iota + 1 // joined this instance's flight
-	StageFetching                       // holds the lock, fetching upstream
-	StageWaitingLeader                  // another instance holds the lock
-	StageRateLimited                    // waiting for a rate-limit slot
-	StageRetrying                       // a retry is scheduled
-	StageBreakerOpen                    // the upstream's breaker is open
-	StageServingStale                   // a stale copy is served
-	StageDegraded                       // Redis is unavailable
+	StageJoined        = observe.StageJoined        // joined this instance's flight
+	StageFetching      = observe.StageFetching      // holds the lock, fetching upstream
+	StageWaitingLeader = observe.StageWaitingLeader // another instance holds the lock
+	StageRateLimited   = observe.StageRateLimited   // waiting for a rate-limit slot
+	StageRetrying      = observe.StageRetrying      // a retry is scheduled
+	StageBreakerOpen   = observe.StageBreakerOpen   // the upstream's breaker is open
+	StageServingStale  = observe.StageServingStale  // a stale copy is served
+	StageDegraded      = observe.StageDegraded      // Redis is unavailable
 )
 
 // Progress is an event telling a caller what is happening to its call.

@@ -24,12 +24,15 @@ type Scope struct {
 	Upstreams []string
 }
 
-// TenantNamePattern is what a non-empty Scope.Tenant must match. It has no
-// "/", so that a tenant's prefix cannot be mistaken for another's.
-var TenantNamePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+// TenantNamePattern is the regular expression a non-empty Scope.Tenant
+// must match. It has no "/", so that a tenant's prefix cannot be mistaken
+// for another's.
+const TenantNamePattern = `^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`
+
+var tenantNamePattern = regexp.MustCompile(TenantNamePattern)
 
 // ValidTenantName reports whether name may be a Scope.Tenant other than "".
-func ValidTenantName(name string) bool { return TenantNamePattern.MatchString(name) }
+func ValidTenantName(name string) bool { return tenantNamePattern.MatchString(name) }
 
 // grants reports whether s may use the upstream named name.
 func (s Scope) grants(name string) bool {
@@ -38,7 +41,7 @@ func (s Scope) grants(name string) bool {
 
 func (s Scope) validate() error {
 	if s.Tenant != "" && !ValidTenantName(s.Tenant) {
-		return invalid("tenant %q must match %s", s.Tenant, TenantNamePattern)
+		return invalid("tenant %q must match %s", s.Tenant, tenantNamePattern)
 	}
 	return nil
 }

@@ -106,8 +106,8 @@ type TenantStatus struct {
 	Upstream int64 // upstream fetches its calls started
 }
 
-// StatusWindows are the spans of Status.Windows.
-var StatusWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
+// statusWindows are the spans of Status.Windows.
+var statusWindows = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
 
 // Status returns a snapshot of c. It reads each upstream's shared guard
 // from Redis, concurrently, within ctx and the Redis timeout, falling
@@ -136,7 +136,7 @@ func (c *Coordinator) Status(ctx context.Context) Status {
 	}
 	wg.Wait()
 
-	for _, span := range StatusWindows {
+	for _, span := range statusWindows {
 		s.Windows = append(s.Windows, WindowStatus{Span: span, Counts: c.stats.win.sum(now, int(span/time.Second))})
 	}
 	c.stats.tenants.Range(func(k, v any) bool {
@@ -174,26 +174,4 @@ func (c *Coordinator) flightStatus(f *flight, now time.Time) FlightStatus {
 		fs.FollowersElsewhere = 0
 	}
 	return fs
-}
-
-func (s Stage) String() string {
-	switch s {
-	case StageJoined:
-		return "joined"
-	case StageFetching:
-		return "fetching"
-	case StageWaitingLeader:
-		return "waiting_leader"
-	case StageRateLimited:
-		return "rate_limited"
-	case StageRetrying:
-		return "retrying"
-	case StageBreakerOpen:
-		return "breaker_open"
-	case StageServingStale:
-		return "serving_stale"
-	case StageDegraded:
-		return "degraded"
-	}
-	return ""
 }

@@ -67,11 +67,6 @@ func (c *Coordinator) ResolveIn(s Scope, rawURL, key string) (Target, error) {
 	return t, nil
 }
 
-// ResolveInvalidation is ResolveInvalidationIn for the zero Scope.
-func (c *Coordinator) ResolveInvalidation(rawURL, key string) ([]Target, error) {
-	return c.ResolveInvalidationIn(Scope{}, rawURL, key)
-}
-
 // ResolveInvalidationIn validates what an Invalidate names and returns the
 // targets it removes, in s's namespace. It does no I/O; errors wrap
 // ErrInvalidArgument or ErrForbidden. A url (with an optional key) names
@@ -127,7 +122,7 @@ func checkKey(key string) error { return upstream.CheckText("key", key, MaxKeyBy
 func (c *Coordinator) match(u *url.URL) *Upstream {
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
-		if up.Contains(u) {
+		if upstream.Contains(up, u) {
 			return up
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/internal/observe"
 )
 
 // ErrUnavailable reports that an operation needed Redis and Redis is
@@ -27,19 +28,9 @@ import (
 // meanwhile. It is coordinator.ErrRedisUnavailable.
 var ErrUnavailable = errors.New("coordinator: redis unavailable")
 
-// Metrics observes the store; coordinator.Metrics satisfies it. Its
-// methods must be fast and must not block.
-type Metrics interface {
-	// Lock counts an attempt at a fill lock: "acquired", "contended" or
-	// "unavailable".
-	Lock(outcome string)
-	// LockExtension counts a watchdog's renewal: "ok", "lost" or "error".
-	LockExtension(result string)
-	// RedisError counts a failed operation: "reply" or "unavailable".
-	RedisError(kind string)
-	// RedisHealth counts a change of Redis's health.
-	RedisHealth(up bool)
-}
+// Metrics observes the store: its Lock, LockExtension, RedisError and
+// RedisHealth events.
+type Metrics = observe.Metrics
 
 // rediser is the narrow part of go-redis the coordinator uses; both
 // *redis.Client and *redis.ClusterClient satisfy it.
@@ -371,7 +362,7 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 		ctx:       ctx,
 	}
 	if r.m == nil {
-		r.m = nopMetrics{}
+		r.m = observe.Nop{}
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -399,10 +390,3 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 // Wait waits, once the context Start was given has ended, for the store's
 // goroutines to stop.
 func (r *Redis) Wait() { r.wg.Wait() }
-
-type nopMetrics struct{}
-
-func (nopMetrics) Lock(string)          {}
-func (nopMetrics) LockExtension(string) {}
-func (nopMetrics) RedisError(string)    {}
-func (nopMetrics) RedisHealth(bool)     {}

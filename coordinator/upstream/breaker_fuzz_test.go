@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/coordinator/internal/observe"
 )
 
 // FuzzBreakerGoVsLua is a differential test of the guard's two
@@ -29,8 +31,8 @@ func FuzzBreakerGoVsLua(f *testing.F) {
 	var keys atomic.Int64
 	f.Fuzz(func(t *testing.T, policy, ops []byte) {
 		up := fuzzConfig(policy)
-		up.Protection.SetDefaults()
-		if err := up.Protection.Validate("fuzz"); err != nil {
+		up.Protection.setDefaults()
+		if err := up.Protection.validate("fuzz"); err != nil {
 			t.Skip(err)
 		}
 		clk := newTestClock()
@@ -158,7 +160,7 @@ var (
 
 // transitions records a guard's breaker transitions, without the scope.
 type transitions struct {
-	nopMetrics
+	observe.Nop
 	mu  sync.Mutex
 	log []string
 }

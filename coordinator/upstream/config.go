@@ -116,7 +116,7 @@ type BreakerPolicy struct {
 	CloseAfter int `yaml:"close_after"`
 }
 
-func (p *Protection) SetDefaults() {
+func (p *Protection) setDefaults() {
 	setDefault(&p.RateLimit, 20)
 	setDefault(&p.Burst, 1)
 	setDefault(&p.MaxWait, 10*time.Second)
@@ -147,7 +147,7 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-func (p *Protection) Validate(field string) error {
+func (p *Protection) validate(field string) error {
 	bad := func(name, format string, args ...any) error {
 		return fmt.Errorf("%s.%s: "+format, append([]any{field, name}, args...)...)
 	}
@@ -229,8 +229,10 @@ func Default() Config {
 
 var upstreamName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
 
-// SetDefaults gives each zero field its default.
-func (u *Config) SetDefaults() {
+// SetDefaults gives each zero field of u its default. A function, not a
+// method: Config is coordinator.Upstream, whose users configure it and
+// leave preparing it to the coordinator.
+func SetDefaults(u *Config) {
 	if u.TTL == 0 {
 		u.TTL = 10 * time.Minute
 	}
@@ -249,13 +251,13 @@ func (u *Config) SetDefaults() {
 	if u.NegativeTTL == 0 {
 		u.NegativeTTL = time.Minute
 	}
-	u.Protection.SetDefaults()
+	u.Protection.setDefaults()
 }
 
 // Validate checks u, once defaulted, and prepares it for use. Its error
 // names the bad field under field, the name the caller knows u by (such as
 // "upstreams[0]"), as in "upstreams[0] (mdn).ttl".
-func (u *Config) Validate(field string) error {
+func Validate(u *Config, field string) error {
 	if !upstreamName.MatchString(u.Name) {
 		return fmt.Errorf("%s.name: %q must match %s", field, u.Name, upstreamName)
 	}
@@ -278,5 +280,5 @@ func (u *Config) Validate(field string) error {
 	case u.NegativeTTL < 0:
 		return fmt.Errorf("%s.negative_ttl: must not be negative", field)
 	}
-	return u.Protection.Validate(field)
+	return u.Protection.validate(field)
 }

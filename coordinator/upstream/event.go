@@ -1,16 +1,21 @@
 package upstream
 
-import "time"
+import (
+	"time"
 
-// Stage is what a fetch is waiting for, as its Events tell.
-type Stage int
+	"github.com/coordd/coordd/coordinator/internal/observe"
+)
 
-// Stages; the coordinator passes each on to its callers as the Stage of
-// the same name.
+// Stage is what a fetch is waiting for, as its Events tell: one of
+// StageRateLimited, StageRetrying and StageBreakerOpen, which the
+// coordinator passes on to its callers as they are.
+type Stage = observe.Stage
+
+// The Stages of a fetch.
 const (
-	StageRateLimited Stage = iota + 1 // waiting for a rate-limit slot, or the upstream's backoff
-	StageRetrying                     // a retry is scheduled
-	StageBreakerOpen                  // the upstream's breaker is open
+	StageRateLimited = observe.StageRateLimited // waiting for a rate-limit slot, or the upstream's backoff
+	StageRetrying    = observe.StageRetrying    // a retry is scheduled
+	StageBreakerOpen = observe.StageBreakerOpen // the upstream's breaker is open
 )
 
 // Event tells the caller of a fetch what it waits for.
@@ -21,43 +26,12 @@ type Event struct {
 	Wait    time.Duration // expected wait, when known
 }
 
-// Metrics observes a Client; coordinator.Metrics satisfies it. Its
-// methods must be fast, must not block, and must be safe for concurrent
-// use.
-type Metrics interface {
-	// UpstreamRequest counts one HTTP attempt by the status code answered;
-	// 0 when none was.
-	UpstreamRequest(upstream string, status int)
-	// Retry counts a retry about to be attempted.
-	Retry(upstream string)
-	// BreakerTransition counts a breaker state change: scope "cluster"
-	// or "instance"; from and to "closed", "half-open" or "open".
-	BreakerTransition(upstream, scope, from, to string)
-	// BreakerRejected counts a fetch failed at once by an open breaker.
-	BreakerRejected(upstream string)
-	// RateLimitWait observes a wait for a slot or for a Retry-After.
-	RateLimitWait(upstream string, d time.Duration)
-	// RateLimitRefused counts a fetch whose slot started past its wait
-	// bound.
-	RateLimitRefused(upstream string)
-}
-
-type nopMetrics struct{}
-
-func (nopMetrics) UpstreamRequest(string, int)         {}
-func (nopMetrics) Retry(string)                        {}
-func (nopMetrics) BreakerTransition(_, _, _, _ string) {}
-func (nopMetrics) BreakerRejected(string)              {}
-func (nopMetrics) RateLimitWait(string, time.Duration) {}
-func (nopMetrics) RateLimitRefused(string)             {}
+// Metrics observes a Client: its UpstreamRequest, Retry, Breaker* and
+// RateLimit* events.
+type Metrics = observe.Metrics
 
 // orNop returns m, or a Metrics that does nothing if m is nil.
-func orNop(m Metrics) Metrics {
-	if m == nil {
-		return nopMetrics{}
-	}
-	return m
-}
+func orNop(m Metrics) Metrics { return observe.OrNop(m) }
 
 // statusOf is resp's status code; 0 without a response.
 func statusOf(resp *Response) int {

@@ -65,8 +65,8 @@ func guardKinds(t *testing.T, p Protection, fn func(t *testing.T, g testGuard, c
 	for _, kind := range []string{"local", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			up := &Config{Name: "up", Timeout: time.Second, Protection: p}
-			up.Protection.SetDefaults()
-			if err := up.Protection.Validate("test"); err != nil {
+			up.Protection.setDefaults()
+			if err := up.Protection.validate("test"); err != nil {
 				t.Fatal(err)
 			}
 			clk := newTestClock()

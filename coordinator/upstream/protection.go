@@ -12,9 +12,6 @@ import (
 
 // Options are the optional dependencies of NewClient.
 type Options struct {
-	// Fetcher does one plain request, never following a redirect.
-	// Default: HTTP over Transport.
-	Fetcher Fetcher
 	// Transport performs the default Fetcher's requests. Default:
 	// http.DefaultTransport.
 	Transport http.RoundTripper
@@ -45,14 +42,11 @@ func NewClient(up *Config, o Options) *Client {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	next := o.Fetcher
-	if next == nil {
-		tr := o.Transport
-		if tr == nil {
-			tr = http.DefaultTransport
-		}
-		next = newHTTPFetcher(up, tr)
+	tr := o.Transport
+	if tr == nil {
+		tr = http.DefaultTransport
 	}
+	next := newHTTPFetcher(up, tr)
 	p := &Client{
 		up:     up,
 		next:   next,
@@ -165,7 +159,7 @@ func (p *Client) redirect(from string, resp *Response) (string, bool) {
 		return "", false
 	}
 	u, err := CanonicalURL(ref.String())
-	if err != nil || !p.up.Contains(u) {
+	if err != nil || !Contains(p.up, u) {
 		p.log.Debug("not following redirect", "from", from, "location", loc, "err", err)
 		return "", false
 	}

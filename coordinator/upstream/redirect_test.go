@@ -10,8 +10,8 @@ import (
 // a target inside the upstream; tricks and exits are not followed.
 func TestRedirectTarget(t *testing.T) {
 	up := Config{Name: "docs", BaseURL: "http://127.0.0.1:8080/docs/"}
-	up.SetDefaults()
-	if err := up.Validate("upstreams[0]"); err != nil {
+	SetDefaults(&up)
+	if err := Validate(&up, "upstreams[0]"); err != nil {
 		t.Fatal(err)
 	}
 	p := &Client{up: &up, log: slog.New(slog.DiscardHandler)}

@@ -38,19 +38,6 @@ func tracedReport(ctx context.Context, report func(Event)) func(Event) {
 	}
 }
 
-// String names the stage as its span event does.
-func (s Stage) String() string {
-	switch s {
-	case StageRateLimited:
-		return "rate_limited"
-	case StageRetrying:
-		return "retrying"
-	case StageBreakerOpen:
-		return "breaker_open"
-	}
-	return "unknown"
-}
-
 // attemptTrace is one attempt's span; its zero value does nothing.
 type attemptTrace struct{ span trace.Span }
 

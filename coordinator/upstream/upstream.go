@@ -47,14 +47,6 @@ type Fetcher interface {
 	Fetch(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error)
 }
 
-// FetcherFunc adapts a function to a Fetcher.
-type FetcherFunc func(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error)
-
-// Fetch calls f.
-func (f FetcherFunc) Fetch(ctx context.Context, req FetchRequest, report func(Event)) (*Response, error) {
-	return f(ctx, req, report)
-}
-
 // httpFetcher does one HTTP request against one upstream, bounded by the
 // upstream's timeout and max_body_bytes. It never follows a redirect: it
 // returns it, and Client.Fetch follows it through the guard, so that

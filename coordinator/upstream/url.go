@@ -121,12 +121,13 @@ func canonicalHost(scheme, host string) string {
 	return host
 }
 
-// Contains reports whether the canonical u is inside up: same scheme and
+// Contains reports whether the canonical u is inside up (a function, as
+// SetDefaults): same scheme and
 // host, and a path under the base path, segment by segment. A base path
 // ending in "/" (https://h/docs/) admits that directory and what is under
 // it (/docs/, /docs/x), not /docs; one without (https://h/docs) admits
 // /docs itself too. /docsevil is never under /docs.
-func (up *Config) Contains(u *url.URL) bool {
+func Contains(up *Config, u *url.URL) bool {
 	b := up.base
 	if u.Scheme != b.Scheme || u.Host != b.Host {
 		return false
