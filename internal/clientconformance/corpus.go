@@ -71,6 +71,10 @@ type Step struct {
 	Metadata *Metadata `json:"metadata,omitempty"`
 	// Chunk sends a chunk of these bytes (the string's UTF-8).
 	Chunk *string `json:"chunk,omitempty"`
+	// UnknownEvent sends a message whose event is none the client knows: a
+	// field outside the oneof, as an event added to the protocol later
+	// would reach a client built before it.
+	UnknownEvent bool `json:"unknown_event,omitempty"`
 	// Status ends the attempt with this status.
 	Status *Status `json:"status,omitempty"`
 	// Cut ends the attempt by closing the connection, once the steps
@@ -231,14 +235,14 @@ func (c *Case) validate() error {
 
 func (s Step) validate(last bool) error {
 	n := 0
-	for _, set := range []bool{s.Progress != "", s.Metadata != nil, s.Chunk != nil, s.Status != nil, s.Cut} {
+	for _, set := range []bool{s.Progress != "", s.Metadata != nil, s.Chunk != nil, s.UnknownEvent, s.Status != nil, s.Cut} {
 		if set {
 			n++
 		}
 	}
 	switch {
 	case n != 1:
-		return fmt.Errorf("want exactly one of progress, metadata, chunk, status, cut; got %d", n)
+		return fmt.Errorf("want exactly one of progress, metadata, chunk, unknown_event, status, cut; got %d", n)
 	case (s.Status != nil || s.Cut) && !last:
 		return fmt.Errorf("status and cut end an attempt: nothing may follow them")
 	case s.Status != nil && s.Status.Code == codes.OK:

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -210,6 +211,9 @@ func (sv service) GetOrFetch(req *coorddv1.GetOrFetchRequest, st grpc.ServerStre
 			}}}
 		case step.Chunk != nil:
 			ev = &coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Chunk{Chunk: &coorddv1.Chunk{Data: []byte(*step.Chunk)}}}
+		case step.UnknownEvent:
+			ev = &coorddv1.GetOrFetchResponse{}
+			ev.ProtoReflect().SetUnknown(unknownEvent)
 		case step.Status != nil:
 			defer s.end(u, n)
 			return statusOf(*step.Status)
@@ -229,6 +233,10 @@ func (sv service) GetOrFetch(req *coorddv1.GetOrFetchRequest, st grpc.ServerStre
 	defer s.end(u, n)
 	return nil
 }
+
+// unknownEvent is field 15 of GetOrFetchResponse, a message holding a
+// string: an event this protocol does not have (yet).
+var unknownEvent = protowire.AppendString(protowire.AppendTag(nil, 15, protowire.BytesType), "from the future")
 
 // frame is msg as a gRPC message on the wire: uncompressed, its length,
 // then its bytes. An HTTP/2 DATA frame carries it whole when it is short.

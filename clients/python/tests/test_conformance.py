@@ -26,7 +26,7 @@ CONTROL = os.environ["COORDD_CONFORMANCE_CONTROL"]
 CORPUS = os.environ["COORDD_CONFORMANCE_CORPUS"]
 
 CLIENT_KEYS = {"max_attempts", "initial_backoff_ms", "max_backoff_ms", "timeout_ms", "max_body_bytes"}
-STEP_KEYS = {"progress", "metadata", "chunk", "status", "cut"}
+STEP_KEYS = {"progress", "metadata", "chunk", "unknown_event", "status", "cut"}
 
 
 def keys(obj, known, where):

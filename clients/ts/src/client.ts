@@ -304,7 +304,9 @@ export class CoorddClient {
             body.append(ev.value.data);
             break;
           default:
-            throw badStream("empty event");
+            // An event this client does not know, added to the protocol
+            // after it: skipped, as the Go and Python clients do.
+            break;
         }
       }
     } catch (err) {

@@ -53,7 +53,7 @@ function keys(obj: unknown, known: string[], where: string): Record<string, unkn
 }
 
 const CLIENT_KEYS = ["max_attempts", "initial_backoff_ms", "max_backoff_ms", "timeout_ms", "max_body_bytes"];
-const STEP_KEYS = ["progress", "metadata", "chunk", "status", "cut"];
+const STEP_KEYS = ["progress", "metadata", "chunk", "unknown_event", "status", "cut"];
 
 // load reads cases.json and checks every field this runner reads or the
 // fake plays (the fake checks the steps' contents).
