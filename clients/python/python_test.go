@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/clientconformance"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/server"
@@ -50,8 +51,9 @@ const (
 	bigSize = 300000
 )
 
-// env starts the coordd instances the Python tests use and returns their
-// environment (see tests/test_client.py).
+// env starts the coordd instances the Python tests use, and the fake coordd
+// of the client conformance corpus, and returns their environment (see
+// tests/test_client.py and tests/test_conformance.py).
 func env(t *testing.T) []string {
 	t.Helper()
 	u := fakeupstream.New(t)
@@ -75,12 +77,25 @@ func env(t *testing.T) []string {
 	}
 	closed := coorddtest.Start(t, coorddtest.Options{Config: cfg(), ServerOptions: []server.Option{server.WithAuth(auth)}})
 	sum := sha256.Sum256(fakeupstream.SizedBody("/docs/big", bigSize))
+	corpusDir := mustAbs(t, "../../testdata/client-conformance")
+	corpus, err := clientconformance.Load(corpusDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake, err := clientconformance.Start(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
 	return append(os.Environ(),
 		"COORDD_TARGET="+open.Addr,
 		"COORDD_AUTH_TARGET="+closed.Addr,
 		"COORDD_TOKEN="+token,
 		"COORDD_UPSTREAM="+u.URL(),
 		"COORDD_BIG_SHA256="+hex.EncodeToString(sum[:]),
+		"COORDD_CONFORMANCE_TARGET="+fake.Addr(),
+		"COORDD_CONFORMANCE_CONTROL="+fake.ControlURL(),
+		"COORDD_CONFORMANCE_CORPUS="+corpusDir,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 }

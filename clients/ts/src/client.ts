@@ -1,8 +1,9 @@
 // Client for coordd.v1.CoordinatorService over gRPC (HTTP/2, Connect's
 // gRPC transport), and get(), which reassembles a GetOrFetch stream into
 // one document. It follows the Go client (clients/go) where it can:
-// the same retryable codes, backoff and default deadline, without its
-// circuit breaker and retry throttling.
+// the same retryable codes, backoff, RetryInfo delays and default deadline,
+// without its circuit breaker and retry throttling. The three clients play
+// one conformance corpus (testdata/client-conformance).
 
 import { setTimeout as delay } from "node:timers/promises";
 
@@ -12,6 +13,8 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { CoordinatorService, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
+
+import { retryDelayMs } from "./retryinfo.js";
 
 /** durationFromMs converts milliseconds to a google.protobuf.Duration. */
 function durationFromMs(ms: number): Duration {
@@ -27,6 +30,10 @@ export const DEFAULT_ADDR = "127.0.0.1:50051";
 
 /** DEFAULT_TIMEOUT_MS is the deadline of a call, retries included. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** MAX_RETRY_DELAY_MS caps the wait a RetryInfo from coordd can impose
+ * before a retry. */
+export const MAX_RETRY_DELAY_MS = 60_000;
 
 /** Document is a document reassembled from a GetOrFetch stream. */
 export interface Document {
@@ -90,7 +97,10 @@ export class BodyTooLargeError extends ConnectError {
 /** RetryOptions say how a call is retried. Semantics of gRPC's retry design
  * (gRFC A6): an attempt failing with Unavailable or ResourceExhausted is
  * retried after a random wait in [0, min(baseDelayMs·2^(n-1), maxDelayMs))
- * (capped exponential backoff, full jitter); any other code is final. */
+ * (capped exponential backoff, full jitter), or after the delay coordd
+ * asked for in a google.rpc.RetryInfo detail if that is longer (capped at
+ * MAX_RETRY_DELAY_MS); any other code is final. A wait that would outlast
+ * the call's deadline ends the call with the last error instead. */
 export interface RetryOptions {
   /** attempts is the most attempts per call, the first included.
    * Default: 4. 1 turns retries off. */
@@ -224,8 +234,9 @@ export class CoorddClient {
    * announced (a longer body fails as soon as its excess arrives; the body
    * is allocated once from that size); with a BodyTooLargeError
    * (FailedPrecondition) when the metadata announces more than
-   * maxBodyBytes. Unavailable and ResourceExhausted are retried
-   * (see RetryOptions); an attempt that fails part-way is discarded whole.
+   * maxBodyBytes. Unavailable and ResourceExhausted are retried, no
+   * sooner than a RetryInfo from coordd asks (see RetryOptions); an
+   * attempt that fails part-way is discarded whole.
    */
   async get(url: string, opts: GetOptions = {}): Promise<Document> {
     const r = { ...this.retry, ...opts.retry };
@@ -240,7 +251,8 @@ export class CoorddClient {
       } catch (err) {
         const ce = ConnectError.from(err);
         if (!retryable(ce.code) || n >= attempts || opts.signal?.aborted) throw ce;
-        const wait = Math.random() * Math.min(cap, base * 2 ** (n - 1));
+        const backoff = Math.random() * Math.min(cap, base * 2 ** (n - 1));
+        const wait = Math.max(backoff, Math.min(retryDelayMs(ce) ?? 0, MAX_RETRY_DELAY_MS));
         if (Date.now() + wait >= deadline) throw ce;
         await sleep(wait, opts.signal);
       }
@@ -292,7 +304,9 @@ export class CoorddClient {
             body.append(ev.value.data);
             break;
           default:
-            throw badStream("empty event");
+            // An event this client does not know, added to the protocol
+            // after it: skipped, as the Go and Python clients do.
+            break;
         }
       }
     } catch (err) {

@@ -2,11 +2,11 @@
 // is a GetOrFetch through coordd. Failures become tool results with
 // isError set, never exceptions, so that the MCP session goes on.
 
-import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 
 import { Code, ConnectError, UnreachableError, type Document, type GetOptions } from "../client.js";
 import { collapse, htmlText, htmlToMarkdown, safeLink } from "./html.js";
+import { retryDelayMs } from "../retryinfo.js";
 
 /** DEFAULT_MDN_BASE is the MDN site the tools read by default. */
 export const DEFAULT_MDN_BASE = "https://developer.mozilla.org";
@@ -150,38 +150,11 @@ export function retryAdvice(tool: string, seconds: number): string {
   return `Wait ${seconds} ${unit}, then call ${tool} again; calling it sooner fails the same way.`;
 }
 
-// retryAfterSeconds reads the google.rpc.RetryInfo detail of err (coordd
-// sends one with RESOURCE_EXHAUSTED and UNAVAILABLE when it knows when
-// asking again is worth it), in whole seconds rounded up, at least 1.
+// retryAfterSeconds is the RetryInfo delay of err (see retryDelayMs) in
+// whole seconds rounded up, at least 1.
 function retryAfterSeconds(err: ConnectError): number | undefined {
-  for (const d of err.details) {
-    if (!("type" in d) || d.type !== "google.rpc.RetryInfo") continue;
-    try {
-      // RetryInfo { google.protobuf.Duration retry_delay = 1; }
-      // Duration { int64 seconds = 1; int32 nanos = 2; }
-      const r = new BinaryReader(d.value);
-      let seconds = 0;
-      let nanos = 0;
-      while (r.pos < r.len) {
-        const [field, wire] = r.tag();
-        if (field !== 1 || wire !== 2) {
-          r.skip(wire);
-          continue;
-        }
-        const dr = new BinaryReader(r.bytes());
-        while (dr.pos < dr.len) {
-          const [f, w] = dr.tag();
-          if (f === 1) seconds = Number(dr.int64());
-          else if (f === 2) nanos = dr.int32();
-          else dr.skip(w);
-        }
-      }
-      return Math.max(1, Math.ceil(seconds + nanos / 1e9));
-    } catch {
-      return undefined;
-    }
-  }
-  return undefined;
+  const ms = retryDelayMs(err);
+  return ms === undefined ? undefined : Math.max(1, Math.ceil(ms / 1000));
 }
 
 // eslint-disable-next-line no-control-regex

@@ -33,27 +33,37 @@ function goBinary(): string {
   return "/usr/local/go/bin/go";
 }
 
-let built: Promise<string> | undefined;
+const builds = new Map<string, Promise<string>>();
 
-/** buildCoordd builds ./cmd/coordd once per process into a temporary
- * directory, removed at exit. $COORDD_BIN, if set, names a coordd binary
- * to use instead. */
-export function buildCoordd(): Promise<string> {
-  built ??= (async () => {
-    if (process.env["COORDD_BIN"]) return process.env["COORDD_BIN"];
-    if (!existsSync(join(REPO_ROOT, "go.mod"))) throw new Error(`no go.mod in ${REPO_ROOT}`);
-    const dir = mkdtempSync(join(tmpdir(), "coordd-ts-test-"));
-    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-    const bin = join(dir, "coordd");
-    try {
-      await promisify(execFile)(goBinary(), ["build", "-o", bin, "./cmd/coordd"], { cwd: REPO_ROOT });
-    } catch (err) {
-      const e = err as { stderr?: string; message: string };
-      throw new Error(`go build ./cmd/coordd: ${e.stderr || e.message}`);
-    }
-    return bin;
-  })();
+/** goBuild builds the Go command at pkg (such as ./cmd/coordd) once per
+ * process into a temporary directory, removed at exit, and returns the
+ * binary's path. */
+export function goBuild(pkg: string): Promise<string> {
+  let built = builds.get(pkg);
+  if (!built) {
+    built = (async () => {
+      if (!existsSync(join(REPO_ROOT, "go.mod"))) throw new Error(`no go.mod in ${REPO_ROOT}`);
+      const dir = mkdtempSync(join(tmpdir(), "coordd-ts-test-"));
+      process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+      const bin = join(dir, pkg.split("/").pop() ?? "cmd");
+      try {
+        await promisify(execFile)(goBinary(), ["build", "-o", bin, pkg], { cwd: REPO_ROOT });
+      } catch (err) {
+        const e = err as { stderr?: string; message: string };
+        throw new Error(`go build ${pkg}: ${e.stderr || e.message}`);
+      }
+      return bin;
+    })();
+    builds.set(pkg, built);
+  }
   return built;
+}
+
+/** buildCoordd builds ./cmd/coordd once per process. $COORDD_BIN, if set,
+ * names a coordd binary to use instead. */
+export function buildCoordd(): Promise<string> {
+  if (process.env["COORDD_BIN"]) return Promise.resolve(process.env["COORDD_BIN"]);
+  return goBuild("./cmd/coordd");
 }
 
 /** Coordd is a running coordd process. */
