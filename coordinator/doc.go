@@ -14,34 +14,47 @@
 //     one is served while it is refreshed (coordinator.go).
 //  3. join makes the call a caller of this instance's flight of the key,
 //     starting one if none runs: one fill per key per instance (flight.go).
-//  4. run runs the flight's fill in a goroutine of its own; a panic
-//     becomes an error for every caller (coordinator.go).
+//  4. run runs the flight's fill in a goroutine of its own, and is the one
+//     place where a flight finishes: it answers the callers with what fill
+//     returns, then lands the document for the other instances when fill
+//     left that for after; a panic becomes an error for every caller
+//     (coordinator.go).
 //  5. fill reads L2 and the key's generation in one round trip
-//     (store.Redis.GetDoc); a fresh copy there answers the flight.
-//  6. fill registers for the key's completion events, then asks for the
-//     key's fill lock (store.Redis.Register, store.Redis.TryLock).
-//  7. Holding it, lead checks L2 once more (recheck), then fetches
+//     (coordination.read); a fresh copy there answers the flight.
+//  6. fill claims the key's fill lock, watching its pushes first
+//     (coordination.claim): a lease to lead under, or a holder to follow.
+//  7. Holding a lease, lead checks L2 once more (recheck), then fetches
 //     through the upstream's guard: breaker, rate limit, Retry-After,
 //     retries, redirects (fetch; package upstream).
 //  8. Another instance holding it, follow re-checks L2 and waits for that
 //     instance's push, or for its lease to lapse, to take over.
 //  9. document turns the answer into a Document with its lifetime from
 //     Cache-Control (package document).
-//  10. lead stores it in L1 and answers this instance's callers (deliver);
-//     a failure answers them with the flight's fallback, if any, for
+//  10. deliver stores it in L1; run answers this instance's callers; a
+//     failure answers them with the flight's fallback, if any, for
 //     stale-if-error (failed).
 //  11. landRemote stores it in L2, releases the lock and publishes done in
-//     one script, fenced against Invalidate (store.Redis.Land).
+//     one script, fenced against Invalidate (lease.land).
 //  12. Each follower elsewhere is woken by the push, takes the document
 //     from the event (small ones come inline) or from L2, and answers its
-//     own callers; a failure is pushed too (store.Lease.HandOff).
+//     own callers; a failure is pushed too (lease.handOff).
 //
-// With a nil Redis client the Coordinator runs in single-node mode: the
-// same flights, without steps 5, 6, 8, 11 and 12.
+// # Modes
+//
+// What a flight shares with other instances goes through coordination
+// (coordination.go), which has two implementations: inProcess, with a nil
+// Redis client (single-node mode: no L2, every flight leads under a
+// localLease that binds nobody else), and shared (shared.go), over Redis.
+// While Redis does not answer, shared's claim falls back to this instance
+// alone (a degraded claim): its remoteLease still lands fenced by the
+// generation and still wakes whoever waits on its token. The engine has
+// no other branch on the mode.
 //
 // # Files
 //
 //	coordinator.go  Coordinator, New, Get, wait, join, run, fill, follow, lead, Invalidate
+//	coordination.go coordination, lease, and single-node mode (inProcess)
+//	shared.go       coordination through Redis, and its fallback while Redis is down
 //	flight.go       one fill of one key in this instance, and its callers
 //	target.go       Target, Resolve: validated urls and keys, flight keys,
 //	                and which document serves which target
