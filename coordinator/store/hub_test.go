@@ -56,7 +56,7 @@ func TestHubResubscribesAfterRestart(t *testing.T) {
 	defer h.unregister(w)
 	other := h.register("https://example.org/other")
 	defer h.unregister(other)
-	startHub(t, h, time.Second, broken)
+	startHub(t, h, 5*time.Second, broken) // no ping on a quiet channel in this test
 
 	recv(t, up, "subscription")
 	for _, w := range []*Waiter{w, other} {

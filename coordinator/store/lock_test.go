@@ -306,13 +306,14 @@ func TestWatchdogRenewsLease(t *testing.T) {
 	b, _ := startStore(t, rs.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const id, ttl = "https://example.org/renewed", 300 * time.Millisecond
+	// A renewal every ttl/3 leaves a busy machine 2/3 of it to spare.
+	const id, ttl = "https://example.org/renewed", 600 * time.Millisecond
 	l, _, err := a.TryLock(ctx, id, ttl)
 	if err != nil || l == nil {
 		t.Fatalf("TryLock = %v, %v", l, err)
 	}
 	defer l.StopWatchdog()
-	m.waitCount(t, "extension ok", 6) // one every ttl/3: two TTLs at least
+	m.waitCount(t, "extension ok", 4) // one every ttl/3: more than a TTL
 	if h, err := b.HolderOf(ctx, id); err != nil || h.Token != l.Token() || h.Left <= 0 {
 		t.Fatalf("HolderOf = %+v, %v; want the lease, renewed", h, err)
 	}
@@ -351,7 +352,7 @@ func TestLeaseLapsesWithoutWatchdog(t *testing.T) {
 	b, mb := startStore(t, rs.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const id, ttl = "https://example.org/lapses", 200 * time.Millisecond
+	const id, ttl = "https://example.org/lapses", time.Second
 	l, _, err := a.TryLock(ctx, id, ttl)
 	if err != nil || l == nil {
 		t.Fatalf("TryLock = %v, %v", l, err)

@@ -81,7 +81,7 @@ func TestReplayAfterLostReply(t *testing.T) {
 		fl := startReplayFleet(t)
 		const id = "https://example.org/replayed-extend"
 		dropped := fl.proxy.DropNext(extendScript.Hash(), fl.a.lockKey(id))
-		l, _, err := fl.a.TryLock(fl.ctx, id, 300*time.Millisecond)
+		l, _, err := fl.a.TryLock(fl.ctx, id, 600*time.Millisecond)
 		if err != nil || l == nil {
 			t.Fatalf("TryLock = %v, %v", l, err)
 		}
