@@ -186,6 +186,36 @@ func nextOf(t testing.TB, w *Waiter, typ string) Event {
 	}
 }
 
+// deliver sends an event with send until w receives one of type typ. A
+// waiter with a reset pending is given no other event (it re-checks
+// anyway), and a (re)subscription may reset it at any time: each reset
+// means "send again".
+func deliver(t testing.TB, w *Waiter, typ string, send func()) Event {
+	t.Helper()
+	deadline := time.After(waitTimeout)
+	for {
+		for pending := true; pending; {
+			select {
+			case <-w.Events():
+			default:
+				pending = false
+			}
+		}
+		send()
+		select {
+		case ev := <-w.Events():
+			if ev.Type == typ {
+				return ev
+			}
+			if ev.Type != EventReset {
+				t.Fatalf("event %+v; want a %s event", ev, typ)
+			}
+		case <-deadline:
+			t.Fatalf("no %s event for %s within %v", typ, w.key, waitTimeout)
+		}
+	}
+}
+
 // eventLog counts the events published on a single Redis's channel, by
 // type and key, as another instance's subscriber would see them.
 type eventLog struct {
