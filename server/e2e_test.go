@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 	"github.com/coordd/coordd/internal/testclock"
 )
 
@@ -82,10 +83,10 @@ func (cl *cluster) holdFirst(ctx context.Context, path string, settle time.Durat
 // waitUnlocked waits until no instance holds key's fill lock.
 func (cl *cluster) waitUnlocked(t testing.TB, key string) {
 	t.Helper()
-	rdb := cl.redis.Client(t)
+	st := storetest.New(cl.redis.Client(t), "")
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		n, err := rdb.Exists(context.Background(), "coordd:{"+key+"}:lock").Result()
-		if err == nil && n == 0 {
+		held, err := st.LockHeld(context.Background(), key)
+		if err == nil && !held {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 	"github.com/coordd/coordd/internal/testclock"
 )
 
@@ -35,10 +36,10 @@ func slowLease(c *coordinator.Config) {
 // waitLocked waits until someone holds the fill lock of id.
 func (cl *cluster) waitLocked(t *testing.T, id string) {
 	t.Helper()
-	rdb := cl.redis.Client(t)
+	st := storetest.New(cl.redis.Client(t), "")
 	waitFor(t, 10*time.Second, func() bool {
-		n, err := rdb.Exists(context.Background(), "coordd:{"+id+"}:lock").Result()
-		return err == nil && n == 1
+		held, err := st.LockHeld(context.Background(), id)
+		return err == nil && held
 	})
 }
 
@@ -217,10 +218,10 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 	const path = "/late-fail"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := cl.redis.Client(t)
+	st := storetest.New(cl.redis.Client(t), "")
 	cl.holdFirst(ctx, path, 300*time.Millisecond, func() {
-		ev := `{"t":"fail","k":"` + cl.url(path) + `","o":"an-earlier-leader","e":"unavailable","m":"late"}`
-		if err := rdb.Publish(ctx, "coordd:events", ev).Err(); err != nil {
+		ev := storetest.Event{Type: storetest.EventFail, Key: cl.url(path), Token: "an-earlier-leader", Kind: "unavailable", Msg: "late"}
+		if err := st.Publish(ctx, ev); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -572,16 +573,20 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	relA, relB := make(chan struct{}), make(chan struct{})
 	defer close(relB)
 	up.SetSequence(path, []fakeupstream.Behavior{{Block: relA}, {Block: relB}})
-	rdb := rs.Client(t)
-	sub := rdb.Subscribe(ctx, "coordd:events")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // subscribed
+	st := storetest.New(rs.Client(t), "")
+	sub, err := st.Subscribe(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer sub.Close()
 	var doneSeen atomic.Bool
 	go func() {
-		for m := range sub.Channel() {
-			if strings.Contains(m.Payload, `"t":"done"`) && strings.Contains(m.Payload, path) {
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				return
+			}
+			if ev.Type == storetest.EventDone && strings.Contains(ev.Key, path) {
 				doneSeen.Store(true)
 			}
 		}
@@ -607,12 +612,12 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return a.Metrics.RunningFlights() == 0 })
-	n, err := rdb.Exists(ctx, "coordd:{"+url+"}:doc").Result()
+	stored, err := st.DocStored(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Written: its announcement must come (it may still be on its way).
-	for deadline := time.Now().Add(5 * time.Second); n == 1 && !doneSeen.Load(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); stored && !doneSeen.Load(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the degraded leader wrote L2 and announced nothing")
 		}

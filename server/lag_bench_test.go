@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 )
 
 // BenchmarkFollowerLag measures how long after the upstream answers the
@@ -29,7 +30,7 @@ func BenchmarkFollowerLag(b *testing.B) {
 	const callers = 150
 	var push, poll []time.Duration
 	ctx := context.Background()
-	rdb := cl.instances[0].Redis
+	st := storetest.New(cl.instances[0].Redis, "")
 	b.ResetTimer()
 	for i := range b.N {
 		path := fmt.Sprintf("/lag/%d", i)
@@ -67,7 +68,7 @@ func BenchmarkFollowerLag(b *testing.B) {
 				t := time.NewTicker(200 * time.Millisecond)
 				defer t.Stop()
 				for range t.C {
-					if n, _ := rdb.Exists(ctx, "coordd:{"+cl.url(path)+"}:doc").Result(); n == 1 {
+					if stored, _ := st.DocStored(ctx, cl.url(path)); stored {
 						polled[k] = time.Now()
 						return
 					}

@@ -71,7 +71,7 @@ func TestSlowHolderKeepsFollowersPushed(t *testing.T) {
 	fl.up.Set(path, fakeupstream.Behavior{Block: release})
 	const callers = 5
 	leader, followers := fl.leadAndFollow(t, ctx, path, callers)
-	dropped := fl.proxy.DropNext(path + "}:lock") // the watchdog's next extension
+	dropped := fl.proxy.DropNext(calls.ExtendCall(fl.up.URL() + path)...) // the watchdog's next extension
 	<-dropped
 	base := extensions(t, fl.instances[0])
 	waitFor(t, 30*time.Second, func() bool { return extensions(t, fl.instances[0]) >= base+5 })

@@ -3,12 +3,10 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 )
 
 // Tests of replies lost with their connection: a command reaches Redis
@@ -110,7 +109,7 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release})
-	dropped := fl.proxy.DropNext(path + "}:lock")
+	dropped := fl.proxy.DropNext(calls.LockCall(url)...)
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -162,57 +161,39 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 	}
 }
 
+// calls picks out the store's commands on the wire, for the proxy.
+var calls = storetest.New(nil, "")
+
 // events counts the events published about one url, by type.
 type events struct {
-	rdb    *redis.Client
+	sub    *storetest.Events
 	url    string
-	mu     sync.Mutex
 	counts map[string]int
-	marks  chan string
 }
 
 func watchEvents(t *testing.T, rs *redistest.Server, url string) *events {
 	t.Helper()
-	ev := &events{rdb: rs.Client(t), url: url, counts: make(map[string]int), marks: make(chan string, 1)}
-	sub := ev.rdb.Subscribe(context.Background(), "coordd:events")
-	t.Cleanup(func() { sub.Close() })
-	if _, err := sub.Receive(context.Background()); err != nil { // subscribed
+	sub, err := storetest.New(rs.Client(t), "").Subscribe(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for m := range sub.Channel() {
-			if strings.HasPrefix(m.Payload, "mark:") {
-				ev.marks <- m.Payload
-				continue
-			}
-			if !strings.Contains(m.Payload, `"k":"`+url+`"`) {
-				continue
-			}
-			for _, typ := range []string{"done", "fail", "release", "inval"} {
-				if strings.Contains(m.Payload, `"t":"`+typ+`"`) {
-					ev.mu.Lock()
-					ev.counts[typ]++
-					ev.mu.Unlock()
-				}
-			}
-		}
-	}()
-	return ev
+	t.Cleanup(func() { sub.Close() })
+	return &events{sub: sub, url: url, counts: make(map[string]int)}
 }
 
 // count returns how many events of typ were published before count was
-// called: a mark published now arrives after every one of them.
+// called.
 func (ev *events) count(t *testing.T, typ string) int {
 	t.Helper()
-	mark := "mark:" + typ
-	if err := ev.rdb.Publish(context.Background(), "coordd:events", mark).Err(); err != nil {
+	evs, err := ev.sub.Sync(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-ev.marks; got != mark {
-		t.Fatalf("mark %q; want %q", got, mark)
+	for _, e := range evs {
+		if e.Key == ev.url {
+			ev.counts[e.Type]++
+		}
 	}
-	ev.mu.Lock()
-	defer ev.mu.Unlock()
 	return ev.counts[typ]
 }
 
@@ -231,7 +212,7 @@ func TestLandReplyLostWithConnection(t *testing.T) {
 	// no-cache: the leader lands before it answers its callers, so its
 	// answer comes after the landing and its replay.
 	fl.up.Set(path, fakeupstream.Behavior{Block: release}.WithHeader("Cache-Control", "no-cache"))
-	dropped := fl.proxy.DropNext(path+"}:lock", path+"}:gen")
+	dropped := fl.proxy.DropNext(calls.LandCall(url)...)
 	leader, follower := fl.leadAndFollow(t, ctx, path, 1)
 	close(release)
 	<-dropped
@@ -276,7 +257,7 @@ func TestHandOffReplyLostWithConnection(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release, Status: 503})
-	dropped := fl.proxy.DropNext(path+"}:lock", "coordd:events")
+	dropped := fl.proxy.DropNext(calls.HandOffCall(url)...)
 	leader, follower := fl.leadAndFollow(t, ctx, path, 1)
 	close(release)
 	<-dropped
@@ -310,7 +291,7 @@ func TestInvalidateReplyLostWithConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	(&cluster{redis: fl.rs}).waitUnlocked(t, url) // landed: the caller is answered first
-	dropped := fl.proxy.DropNext(path+"}:doc", path+"}:lock", path+"}:gen")
+	dropped := fl.proxy.DropNext(calls.InvalidateCall(url)...)
 	resp, err := fl.clients[0].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: url})
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +316,7 @@ func TestBreakerRecordReplyLostWithConnection(t *testing.T) {
 	fl.up.Set(failing, fakeupstream.Status(503))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dropped := fl.proxy.DropNext("protect:{fake}", "\r\n$1\r\nf\r\n") // the record of a failure
+	dropped := fl.proxy.DropNext(calls.RecordCall("fake", true)...) // the record of a failure
 	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("failing fetch: %v; want Unavailable", err)
 	}
@@ -368,7 +349,7 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 	}
 	// The breaker is open for 1ms; the next admission turns it half-open
 	// and takes its only probe slot.
-	dropped := fl.proxy.DropNext("protect:{fake}")
+	dropped := fl.proxy.DropNext(calls.AdmitCall("fake")...)
 	d, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
 	if err != nil {
 		t.Fatalf("probe: %v; want it admitted", err)
@@ -399,7 +380,7 @@ func TestRateLimitAdmitReplyLostWithConnection(t *testing.T) {
 	// The two warm-up fetches booked the next 2s of slots; a full burst is
 	// free again once they have passed. Nothing signals it but the clock.
 	time.Sleep(2 * time.Second)
-	dropped := fl.proxy.DropNext("protect:{fake}")
+	dropped := fl.proxy.DropNext(calls.AdmitCall("fake")...)
 	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/first"}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 )
 
 func TestReadConfig(t *testing.T) {
@@ -141,8 +142,8 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := up.WaitCount(ctx, "/slow", 1); err != nil {
 		t.Fatal(err)
 	}
-	rdb := rs.Client(t)
-	if n, _ := rdb.Exists(ctx, "coordd:{"+up.URL()+"/slow}:lock").Result(); n != 1 {
+	st := storetest.New(rs.Client(t), "")
+	if held, _ := st.LockHeld(ctx, up.URL()+"/slow"); !held {
 		t.Fatalf("fill lock not held during the fetch")
 	}
 	cancel() // SIGTERM
@@ -155,7 +156,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if n, _ := rdb.Exists(context.Background(), "coordd:{"+up.URL()+"/slow}:lock").Result(); n != 0 {
+	if held, _ := st.LockHeld(context.Background(), up.URL()+"/slow"); held {
 		t.Fatalf("fill lock still held after shutdown")
 	}
 }
@@ -202,9 +203,9 @@ func TestRedisClusterConfig(t *testing.T) {
 			t.Fatalf("source %v", d.Meta.GetSource())
 		}
 	}
-	n, err := rc.Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
-	if err != nil || n != 1 {
-		t.Fatalf("document not in the cluster: %d, %v", n, err)
+	stored, err := storetest.New(rc.Client(t), "").DocStored(context.Background(), up.URL()+"/doc")
+	if err != nil || !stored {
+		t.Fatalf("document not in the cluster: %v, %v", stored, err)
 	}
 }
 
@@ -261,8 +262,8 @@ func TestRedisSentinelConfig(t *testing.T) {
 	if got := d.Meta.GetSource(); got != coorddv1.Source_SOURCE_UPSTREAM {
 		t.Fatalf("source = %v; want UPSTREAM", got)
 	}
-	n, err := s.Master(t).Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
-	if err != nil || n != 1 {
-		t.Fatalf("document not in the master: %d, %v", n, err)
+	stored, err := storetest.New(s.Master(t).Client(t), "").DocStored(context.Background(), up.URL()+"/doc")
+	if err != nil || !stored {
+		t.Fatalf("document not in the master: %v, %v", stored, err)
 	}
 }

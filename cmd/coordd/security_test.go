@@ -27,6 +27,7 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 	"github.com/coordd/coordd/internal/testclock"
 	"github.com/coordd/coordd/internal/testpki"
 	"github.com/coordd/coordd/server"
@@ -194,9 +195,9 @@ tenants:
 			}
 			rdb := redis.NewClient(o)
 			defer rdb.Close()
-			key := "coordd:{t/team-a/" + up.URL() + "/doc}:doc"
-			if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
-				t.Errorf("EXISTS %s = %d, %v; want 1", key, n, err)
+			id := "t/team-a/" + up.URL() + "/doc"
+			if stored, err := storetest.New(rdb, "").DocStored(ctx, id); err != nil || !stored {
+				t.Errorf("document %s stored = %v, %v; want true", id, stored, err)
 			}
 			// Without a token: refused.
 			anon, err := coordd.Dial(addr, coordd.WithTLS(trust))

@@ -27,6 +27,7 @@ import (
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/oteltest"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -179,11 +180,11 @@ func TestTracingColdBurstAcrossInstances(t *testing.T) {
 	defer cancel()
 
 	// The done event on the wire carries the leader's traceparent.
-	sub := rs.Client(t).Subscribe(ctx, "coordd:events")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
+	sub, err := storetest.New(rs.Client(t), "").Subscribe(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer sub.Close()
 
 	// The caller of A: the Go client, traced by the otelgrpc client
 	// handler passed through its dial options.
@@ -217,14 +218,14 @@ func TestTracingColdBurstAcrossInstances(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var done string
-	for done == "" {
-		m, err := sub.ReceiveMessage(ctx)
+	var done storetest.Event
+	for done.Type == "" {
+		ev, err := sub.Next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasPrefix(m.Payload, `{"t":"done"`) {
-			done = m.Payload
+		if ev.Type == storetest.EventDone {
+			done = ev
 		}
 	}
 	// The HTTP door, with a traceparent header (an L1 hit on B).
@@ -265,8 +266,8 @@ func TestTracingColdBurstAcrossInstances(t *testing.T) {
 		t.Fatalf("%d fetch spans; want 1", len(fetches))
 	}
 	fetch := fetches[0]
-	if !strings.Contains(done, `"tp":"00-`+fetch.TraceID+"-"+fetch.SpanID+`-01"`) {
-		t.Errorf("done event %.200q; want it to carry the fetch span's traceparent", done)
+	if done.Trace != "00-"+fetch.TraceID+"-"+fetch.SpanID+"-01" {
+		t.Errorf("done event's traceparent %q; want the fetch span's", done.Trace)
 	}
 	flightA := byID[fetch.ParentID]
 	if flightA.Name != coordinator.SpanFlight || flightA.Attributes["coordd.role"] != "leader" {
@@ -365,21 +366,21 @@ func TestTracingOff(t *testing.T) {
 		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub := rs.Client(t).Subscribe(ctx, "coordd:events")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
+	sub, err := storetest.New(rs.Client(t), "").Subscribe(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer sub.Close()
 	cctx := metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+callerTID+"-"+callerSID+"-01")
 	if _, err := coorddtest.Get(cctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/off"}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := sub.ReceiveMessage(ctx)
+	ev, err := sub.Next(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(m.Payload, `{"t":"done"`) || strings.Contains(m.Payload, `"tp"`) {
-		t.Errorf("event %.200q; want a done event without a traceparent", m.Payload)
+	if ev.Type != storetest.EventDone || ev.Trace != "" {
+		t.Errorf("%s event with traceparent %q; want a done event without one", ev.Type, ev.Trace)
 	}
 	in.Stop()
 	if n := len(recv.Spans()); n != 0 {
