@@ -237,13 +237,30 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 	if _, err := get(1, false); err != nil { // instance 1 now holds it in L1 too
 		t.Fatal(err)
 	}
+	// ifError's copy may be served stale instead of an error for an hour,
+	// but no longer while it is revalidated: past its TTL, its callers
+	// wait for the flight.
+	const ifError = "/stale-if-error"
+	cl.up.Set(ifError, fakeupstream.Behavior{}.WithHeader("Cache-Control", "max-age=60, stale-while-revalidate=1, stale-if-error=3600"))
+	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)}); err != nil {
+		t.Fatal(err)
+	}
 	want := cl.up.Body(path)
 	clk.Advance(2 * time.Minute) // past TTL, inside the stale window
 	cl.up.Set(path, fakeupstream.Status(503))
+	cl.up.Set(ifError, fakeupstream.Status(503))
 
-	// stale-if-error: the flight fails; the stale copy is served instead.
-	d, err := get(0, true)
-	if status.Code(err) != codes.Unavailable {
+	// stale-if-error: the flight fails; the stale copy is served instead,
+	// to a call that accepts one.
+	d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)})
+	if err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body(ifError)) || d.Meta.GetStatusCode() != 200 {
+		t.Fatalf("stale-if-error call: %v, %+v; want the stale copy", err, d.GetMeta())
+	}
+	if got := cl.up.Count(ifError); got != 2 {
+		t.Fatalf("stale-if-error: upstream requests = %d; want 2 (the fill, the failed refresh)", got)
+	}
+	// A call that refuses stale copies gets the flight's error.
+	if _, err := get(0, true); status.Code(err) != codes.Unavailable {
 		t.Fatalf("no_stale call: err = %v; want UNAVAILABLE", err)
 	}
 	// stale-while-revalidate: served at once from L1, refreshed in the background.
