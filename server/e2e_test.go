@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/testclock"
@@ -63,20 +64,33 @@ func countPerCall(c *coordinator.Config) {
 }
 
 // holdFirst holds the upstream's answers to path from its first request
-// until settle has passed (the time the other callers need to join and
-// subscribe: nothing signals that a gRPC caller is waiting), then runs
-// during, if set, then lets every answer through.
-func (cl *cluster) holdFirst(ctx context.Context, path string, settle time.Duration, during func()) {
+// until callers callers wait for it across the instances (every one of
+// them joined a flight that leads or follows: coordtest.Joined), then runs
+// during, if set, then lets every answer through. If ctx ends first, it
+// lets them through at once.
+func (cl *cluster) holdFirst(ctx context.Context, path string, callers int, during func()) {
 	release := make(chan struct{})
 	cl.up.Set(path, fakeupstream.Behavior{Block: release})
 	go func() {
 		defer close(release)
-		_ = cl.up.WaitCount(ctx, path, 1)
-		time.Sleep(settle)
+		if cl.awaitJoined(ctx, path, callers) != nil {
+			return
+		}
 		if during != nil {
 			during()
 		}
 	}()
+}
+
+// awaitJoined waits until callers callers wait for path across the
+// instances, each in a flight that leads or follows (coordtest.Joined),
+// or ctx ends.
+func (cl *cluster) awaitJoined(ctx context.Context, path string, callers int) error {
+	cs := make([]*coordinator.Coordinator, len(cl.instances))
+	for i, in := range cl.instances {
+		cs[i] = in.Coordinator
+	}
+	return coordtest.AwaitJoined(ctx, cl.url(path), callers, cs...)
 }
 
 // waitUnlocked waits until no instance holds key's fill lock.
@@ -132,8 +146,8 @@ func TestStampedeAcrossInstances(t *testing.T) {
 	var landed atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl.holdFirst(ctx, path, 300*time.Millisecond, func() { landed.Store(time.Now().UnixNano()) })
 	const callers = 300
+	cl.holdFirst(ctx, path, callers, func() { landed.Store(time.Now().UnixNano()) })
 	out := cl.burst(t, ctx, callers, func(int) *coorddv1.GetOrFetchRequest {
 		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
 	})
