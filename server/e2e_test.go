@@ -495,7 +495,7 @@ func TestSingleNodeMode(t *testing.T) {
 	up.Set("/a", fakeupstream.Behavior{Block: release})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	go func() { _ = up.WaitCount(ctx, "/a", 1); time.Sleep(100 * time.Millisecond); close(release) }()
+	go func() { _ = coordtest.AwaitJoined(ctx, up.URL()+"/a", 200, in.Coordinator); close(release) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {
