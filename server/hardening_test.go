@@ -33,16 +33,6 @@ func slowLease(c *coordinator.Config) {
 	c.RedisRetryInterval = 100 * time.Millisecond
 }
 
-// waitLocked waits until someone holds the fill lock of id.
-func (cl *cluster) waitLocked(t *testing.T, id string) {
-	t.Helper()
-	rdb := cl.redis.Client(t)
-	waitFor(t, 10*time.Second, func() bool {
-		n, err := rdb.Exists(context.Background(), "coordd:{"+id+"}:lock").Result()
-		return err == nil && n == 1
-	})
-}
-
 // TestFailedL2WriteWakesFollowers: the leader's L2 write is refused (OOM
 // under maxmemory noeviction). An OOM is "this write failed", not "Redis
 // is down": no instance degrades, and the followers on the other
