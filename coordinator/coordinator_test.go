@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 )
@@ -97,12 +98,13 @@ func TestRedisCluster(t *testing.T) {
 	for _, p := range paths {
 		up.Set(p, fakeupstream.Behavior{Block: release})
 	}
-	go func() {
+	go func() { // every caller joined: each path's 20 wait
+		defer close(release)
 		for _, p := range paths {
-			_ = up.WaitCount(ctx, p, 1)
+			if coordtest.AwaitJoined(ctx, up.URL()+p, 120/len(paths), cs...) != nil {
+				return
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
-		close(release)
 	}()
 	var wg sync.WaitGroup
 	for i := range 120 {

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/storetest"
@@ -74,14 +75,18 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 		up.Set(paths[i], fakeupstream.Behavior{Block: release})
 	}
 	// Hold every answer until each key's leader is fetching and its
-	// followers had time to join (nothing signals that a gRPC caller is
-	// waiting).
+	// followers joined.
 	go func() {
 		defer close(release)
-		for _, p := range paths {
-			_ = up.WaitCount(ctx, p, 1)
+		cs := make([]*coordinator.Coordinator, len(ins))
+		for i, in := range ins {
+			cs[i] = in.Coordinator
 		}
-		time.Sleep(200 * time.Millisecond)
+		for _, p := range paths {
+			if coordtest.AwaitJoined(ctx, up.URL()+p, perInstance*len(ins), cs...) != nil {
+				return
+			}
+		}
 	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, keys*perInstance*len(ins))
@@ -181,12 +186,18 @@ func TestRedisClusterSubscriptionCut(t *testing.T) {
 	defer cancel()
 	paths := keyPaths("/cut", 24)
 	node := rc.Node(1).Client(t)
-	fl.hold(ctx, paths, func() {
+	fl.hold(ctx, paths, 3, func() {
+		chs, err := node.PubSubShardChannels(ctx, "*").Result()
+		if err != nil || len(chs) == 0 {
+			t.Errorf("PUBSUB SHARDCHANNELS on node 1 = %v, %v; want the shard channels it serves", chs, err)
+		}
 		n, err := node.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
 		if err != nil || n == 0 {
 			t.Errorf("CLIENT KILL TYPE pubsub on node 1 = %d, %v; want the instances' subscriptions cut", n, err)
 		}
-		time.Sleep(100 * time.Millisecond) // the hubs subscribe again; nothing signals it
+		if err := awaitSubscribers(ctx, node, chs, true, len(fl.instances)); err != nil {
+			t.Errorf("the hubs never subscribed again: %v", err)
+		}
 	})
 	for _, err := range fl.burst(ctx, paths, 3) {
 		t.Error(err)
@@ -256,7 +267,7 @@ func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 	t.Logf("every hub subscribed on the slot's new owner %v after the move", time.Since(begin).Round(time.Millisecond))
 
 	paths := keyPaths("/moved", 48)
-	fl.hold(ctx, paths, nil)
+	fl.hold(ctx, paths, 2, nil)
 	for _, err := range fl.burst(ctx, paths, 2) {
 		t.Error(err)
 	}
@@ -314,12 +325,9 @@ func TestRedisClusterFailover(t *testing.T) {
 	}
 	heldErrs := make(chan []error, 1)
 	go func() { heldErrs <- fl.burstWithin(ctx, held, 3) }()
-	for _, p := range held {
-		if err := fl.up.WaitCount(ctx, p, 1); err != nil {
-			t.Fatal(err)
-		}
+	if err := fl.awaitJoined(ctx, held, 3); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the followers join; nothing signals a waiting gRPC caller
 	begin := time.Now()
 	victim.Kill()
 	close(release)
@@ -488,7 +496,7 @@ func (fl *fleet) waitCoordinated(t *testing.T, ctx context.Context, nu *redistes
 	for deadline := time.Now().Add(20 * time.Second); ; attempts++ {
 		wakeups := fl.timerWakeups()
 		paths := keyPaths(fmt.Sprintf("/restore%d", attempts), 12)
-		fl.hold(ctx, paths, nil)
+		fl.hold(ctx, paths, 2, nil)
 		errs := fl.burstWithin(ctx, paths, 2)
 		for _, err := range errs {
 			t.Error(err)
@@ -527,7 +535,7 @@ func (fl *fleet) checkCoordinated(t *testing.T, ctx context.Context, prefix stri
 	for attempt := 0; ; attempt++ {
 		wakeups, failures := fl.timerWakeups(), fl.redisFailures(t)
 		paths := keyPaths(fmt.Sprintf("%s%d", prefix, attempt), 16)
-		fl.hold(ctx, paths, nil)
+		fl.hold(ctx, paths, 3, nil)
 		for _, err := range fl.burstWithin(ctx, paths, 3) {
 			t.Error(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/testclock"
 )
@@ -58,7 +59,9 @@ func TestProgressEvents(t *testing.T) {
 		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
 		follower <- res{d, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if err := cl.awaitJoined(ctx, "/p", 2); err != nil {
+		t.Fatal(err)
+	}
 	close(release)
 	has := func(d *coorddtest.Doc, role coorddv1.Role, stage coorddv1.Stage) bool {
 		for _, p := range d.Progress {
@@ -139,7 +142,10 @@ func TestCustomKeyCannotPoison(t *testing.T) {
 			errs[i] = err
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	cs := []*coordinator.Coordinator{cl.instances[0].Coordinator, cl.instances[1].Coordinator}
+	if err := coordtest.AwaitJoined(ctx, "shared", 20, cs...); err != nil {
+		t.Fatal(err)
+	}
 	close(release)
 	wg.Wait()
 	for i := range 20 {

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/storetest"
@@ -64,20 +65,33 @@ func countPerCall(c *coordinator.Config) {
 }
 
 // holdFirst holds the upstream's answers to path from its first request
-// until settle has passed (the time the other callers need to join and
-// subscribe: nothing signals that a gRPC caller is waiting), then runs
-// during, if set, then lets every answer through.
-func (cl *cluster) holdFirst(ctx context.Context, path string, settle time.Duration, during func()) {
+// until callers callers wait for it across the instances (every one of
+// them joined a flight that leads or follows: coordtest.Joined), then runs
+// during, if set, then lets every answer through. If ctx ends first, it
+// lets them through at once.
+func (cl *cluster) holdFirst(ctx context.Context, path string, callers int, during func()) {
 	release := make(chan struct{})
 	cl.up.Set(path, fakeupstream.Behavior{Block: release})
 	go func() {
 		defer close(release)
-		_ = cl.up.WaitCount(ctx, path, 1)
-		time.Sleep(settle)
+		if cl.awaitJoined(ctx, path, callers) != nil {
+			return
+		}
 		if during != nil {
 			during()
 		}
 	}()
+}
+
+// awaitJoined waits until callers callers wait for path across the
+// instances, each in a flight that leads or follows (coordtest.Joined),
+// or ctx ends.
+func (cl *cluster) awaitJoined(ctx context.Context, path string, callers int) error {
+	cs := make([]*coordinator.Coordinator, len(cl.instances))
+	for i, in := range cl.instances {
+		cs[i] = in.Coordinator
+	}
+	return coordtest.AwaitJoined(ctx, cl.url(path), callers, cs...)
 }
 
 // waitUnlocked waits until no instance holds key's fill lock.
@@ -133,8 +147,8 @@ func TestStampedeAcrossInstances(t *testing.T) {
 	var landed atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl.holdFirst(ctx, path, 300*time.Millisecond, func() { landed.Store(time.Now().UnixNano()) })
 	const callers = 300
+	cl.holdFirst(ctx, path, callers, func() { landed.Store(time.Now().UnixNano()) })
 	out := cl.burst(t, ctx, callers, func(int) *coorddv1.GetOrFetchRequest {
 		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
 	})
@@ -238,13 +252,30 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 	if _, err := get(1, false); err != nil { // instance 1 now holds it in L1 too
 		t.Fatal(err)
 	}
+	// ifError's copy may be served stale instead of an error for an hour,
+	// but no longer while it is revalidated: past its TTL, its callers
+	// wait for the flight.
+	const ifError = "/stale-if-error"
+	cl.up.Set(ifError, fakeupstream.Behavior{}.WithHeader("Cache-Control", "max-age=60, stale-while-revalidate=1, stale-if-error=3600"))
+	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)}); err != nil {
+		t.Fatal(err)
+	}
 	want := cl.up.Body(path)
 	clk.Advance(2 * time.Minute) // past TTL, inside the stale window
 	cl.up.Set(path, fakeupstream.Status(503))
+	cl.up.Set(ifError, fakeupstream.Status(503))
 
-	// stale-if-error: the flight fails; the stale copy is served instead.
-	d, err := get(0, true)
-	if status.Code(err) != codes.Unavailable {
+	// stale-if-error: the flight fails; the stale copy is served instead,
+	// to a call that accepts one.
+	d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)})
+	if err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body(ifError)) || d.Meta.GetStatusCode() != 200 {
+		t.Fatalf("stale-if-error call: %v, %+v; want the stale copy", err, d.GetMeta())
+	}
+	if got := cl.up.Count(ifError); got != 2 {
+		t.Fatalf("stale-if-error: upstream requests = %d; want 2 (the fill, the failed refresh)", got)
+	}
+	// A call that refuses stale copies gets the flight's error.
+	if _, err := get(0, true); status.Code(err) != codes.Unavailable {
 		t.Fatalf("no_stale call: err = %v; want UNAVAILABLE", err)
 	}
 	// stale-while-revalidate: served at once from L1, refreshed in the background.
@@ -465,7 +496,7 @@ func TestSingleNodeMode(t *testing.T) {
 	up.Set("/a", fakeupstream.Behavior{Block: release})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	go func() { _ = up.WaitCount(ctx, "/a", 1); time.Sleep(100 * time.Millisecond); close(release) }()
+	go func() { _ = coordtest.AwaitJoined(ctx, up.URL()+"/a", 200, in.Coordinator); close(release) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {

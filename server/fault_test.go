@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/server"
 )
@@ -50,10 +52,14 @@ func TestRedisKilledMidBurst(t *testing.T) {
 	const path = "/burst"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Once the leader is fetching and the others wait on it, kill Redis.
-	cl.holdFirst(ctx, path, 100*time.Millisecond, func() {
+	// Once the leader is fetching and the others wait on it, kill Redis;
+	// answer once the followers of the other instances, cut off, each
+	// lead in-process and fetch.
+	cl.holdFirst(ctx, path, 300, func() {
 		cl.redis.Kill()
-		time.Sleep(300 * time.Millisecond)
+		if err := cl.up.WaitCount(ctx, path, len(cl.instances)); err != nil {
+			t.Errorf("the followers cut off from Redis did not fetch: %v", err)
+		}
 	})
 	out := cl.burst(t, ctx, 300, func(int) *coorddv1.GetOrFetchRequest {
 		return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}
@@ -90,7 +96,7 @@ func TestRedisKilledMidBurst(t *testing.T) {
 	}
 	// Coordinated again: a new cold key is fetched once across instances.
 	const path2 = "/after"
-	cl.holdFirst(ctx, path2, 200*time.Millisecond, nil)
+	cl.holdFirst(ctx, path2, 60, nil)
 	out = cl.burst(t, ctx, 60, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path2)} })
 	checkAll(t, out, cl.up.Body(path2))
 	if got := cl.up.Count(path2); got != 1 {
@@ -120,7 +126,9 @@ func TestLockHolderInstanceCrashes(t *testing.T) {
 	go func() {
 		done <- cl.burst(t, ctx, 100, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
 	}()
-	time.Sleep(200 * time.Millisecond)
+	if err := cl.awaitJoined(ctx, path, 1+100); err != nil {
+		t.Fatalf("the followers never all joined: %v", err)
+	}
 	crashed := time.Now()
 	cl.instances[0].Crash()
 	out := <-done
@@ -259,12 +267,29 @@ func healthStatus(t *testing.T, hc healthpb.HealthClient, svc string) healthpb.H
 // waitFor waits until cond holds, failing the test after limit.
 func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", limit)
+	coordtest.WaitFor(t, limit, "the condition", cond)
+}
+
+// awaitSubscribers waits until each of chs, plain channels or shard
+// channels (shard) of rdb's server, has n subscribers, or ctx ends: the
+// instances subscribed again after their subscriptions were cut.
+func awaitSubscribers(ctx context.Context, rdb *redis.Client, chs []string, shard bool, n int) error {
+	return coordtest.Poll(ctx, func() bool {
+		count := rdb.PubSubNumSub
+		if shard {
+			count = rdb.PubSubShardNumSub
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		subs, err := count(ctx, chs...).Result()
+		if err != nil {
+			return false
+		}
+		for _, ch := range chs {
+			if subs[ch] != int64(n) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestStartsWithRedisDown: an instance whose Redis is down at start serves
@@ -291,8 +316,9 @@ func TestStartsWithRedisDown(t *testing.T) {
 	// Now coordinated with the other instance.
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	cl.holdFirst(cctx, "/late", 100*time.Millisecond, nil)
+	cl.instances = append(cl.instances, in)
 	cl.clients = append(cl.clients, c)
+	cl.holdFirst(cctx, "/late", 40, nil)
 	out := cl.burst(t, cctx, 40, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/late")} })
 	checkAll(t, out, cl.up.Body("/late"))
 	if got := cl.up.Count("/late"); got != 1 {
@@ -319,7 +345,9 @@ func TestLeaderStoppedHandsOff(t *testing.T) {
 		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")})
 		got <- outcome{doc: d, err: err}
 	}()
-	time.Sleep(100 * time.Millisecond) // the follower waits on instance 0
+	if err := cl.awaitJoined(ctx, "/deploy", 2); err != nil { // the follower waits on instance 0
+		t.Fatal(err)
+	}
 	cl.instances[0].Coordinator.Close()
 	o := <-got
 	if o.err != nil || !bytes.Equal(o.doc.Body, cl.up.Body("/deploy")) {
@@ -341,11 +369,17 @@ func TestSubscriptionCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	rdb := cl.redis.Client(t)
-	cl.holdFirst(ctx, "/cut", 100*time.Millisecond, func() {
+	cl.holdFirst(ctx, "/cut", 150, func() {
+		chs, err := rdb.PubSubChannels(ctx, "*").Result()
+		if err != nil || len(chs) == 0 {
+			t.Errorf("PUBSUB CHANNELS = %v, %v; want the instances' channel", chs, err)
+		}
 		if err := rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 			t.Errorf("CLIENT KILL: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if err := awaitSubscribers(ctx, rdb, chs, false, len(cl.instances)); err != nil {
+			t.Errorf("the instances never subscribed again: %v", err)
+		}
 	})
 	out := cl.burst(t, ctx, 150, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url("/cut")} })
 	checkAll(t, out, cl.up.Body("/cut"))

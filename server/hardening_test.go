@@ -15,6 +15,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/storetest"
@@ -33,16 +34,6 @@ func slowLease(c *coordinator.Config) {
 	c.RedisRetryInterval = 100 * time.Millisecond
 }
 
-// waitLocked waits until someone holds the fill lock of id.
-func (cl *cluster) waitLocked(t *testing.T, id string) {
-	t.Helper()
-	st := storetest.New(cl.redis.Client(t), "")
-	waitFor(t, 10*time.Second, func() bool {
-		held, err := st.LockHeld(context.Background(), id)
-		return err == nil && held
-	})
-}
-
 // TestFailedL2WriteWakesFollowers: the leader's L2 write is refused (OOM
 // under maxmemory noeviction). An OOM is "this write failed", not "Redis
 // is down": no instance degrades, and the followers on the other
@@ -53,7 +44,7 @@ func TestFailedL2WriteWakesFollowers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rdb := cl.redis.Client(t)
-	cl.holdFirst(ctx, path, 300*time.Millisecond, func() {
+	cl.holdFirst(ctx, path, 90, func() {
 		if err := rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 			t.Error(err)
 		}
@@ -113,7 +104,9 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	}
 	<-held // the lock command ran, its reply lost
 	go get(cb, "follower", follower)
-	time.Sleep(200 * time.Millisecond) // let the follower subscribe
+	if err := coordtest.AwaitJoined(ctx, up.URL()+path, 1, b.Coordinator); err != nil { // the follower subscribed
+		t.Fatal(err)
+	}
 	close(release)
 	if err := <-leader; err != nil {
 		t.Fatal(err)
@@ -219,12 +212,35 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := storetest.New(cl.redis.Client(t), "")
-	cl.holdFirst(ctx, path, 300*time.Millisecond, func() {
+	// A marker in both instances' L1, dropped by an invalidation that the
+	// leader's instance publishes after the fail event: once the
+	// follower's instance dropped it, it had received the fail.
+	const marker = "/late-fail-marker"
+	for _, c := range cl.clients {
+		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(marker)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.holdFirst(ctx, path, 20, func() {
 		ev := storetest.Event{Type: storetest.EventFail, Key: cl.url(path), Token: "an-earlier-leader", Kind: "unavailable", Msg: "late"}
 		if err := st.Publish(ctx, ev); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		follower := 0
+		for i, in := range cl.instances {
+			for _, f := range coordtest.Flights(in.Coordinator) {
+				if f.URL == cl.url(path) && f.Role == "follower" {
+					follower = i
+				}
+			}
+		}
+		if _, err := cl.clients[1-follower].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(marker)}); err != nil {
+			t.Error(err)
+		}
+		err := coordtest.Poll(ctx, func() bool { return cl.instances[follower].Coordinator.L1Stats().Entries == 0 })
+		if err != nil {
+			t.Errorf("the invalidation published after the fail event never reached both instances: %v", err)
+		}
 	})
 	out := cl.burst(t, ctx, 20, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
 	checkAll(t, out, cl.up.Body(path))
@@ -395,11 +411,28 @@ func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
 			}
 		})
 	}
+	// Each flap is seen by every instance (none believes Redis up); Redis
+	// dies again as soon as one instance is back, while the others may be
+	// in the middle of recovering.
 	for range 6 {
 		cl.redis.Kill()
-		time.Sleep(150 * time.Millisecond)
+		waitFor(t, 10*time.Second, func() bool {
+			for _, in := range cl.instances {
+				if in.Coordinator.RedisHealthy() {
+					return false
+				}
+			}
+			return true
+		})
 		cl.redis.Restart()
-		time.Sleep(100 * time.Millisecond)
+		waitFor(t, 10*time.Second, func() bool {
+			for _, in := range cl.instances {
+				if in.Coordinator.RedisHealthy() {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	close(stop)
 	wg.Wait()
@@ -412,7 +445,7 @@ func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
 		return true
 	})
 	const path = "/after-flaps"
-	cl.holdFirst(ctx, path, 200*time.Millisecond, nil)
+	cl.holdFirst(ctx, path, 60, nil)
 	out := cl.burst(t, ctx, 60, func(int) *coorddv1.GetOrFetchRequest { return &coorddv1.GetOrFetchRequest{Url: cl.url(path)} })
 	checkAll(t, out, cl.up.Body(path))
 	if got := cl.up.Count(path); got != 1 {
@@ -528,8 +561,10 @@ func TestSmallDocumentsHandedOffInline(t *testing.T) {
 			release := make(chan struct{})
 			cl.up.Set(path, fakeupstream.Behavior{Block: release, Size: tt.size})
 			go func() {
-				_ = cl.up.WaitCount(ctx, path, 1)
-				time.Sleep(200 * time.Millisecond)
+				// Every caller joined before the count starts.
+				if err := cl.awaitJoined(ctx, path, 30); err != nil {
+					t.Error(err)
+				}
 				if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 					t.Error(err)
 				}

@@ -38,8 +38,7 @@ func BenchmarkFollowerLag(b *testing.B) {
 		cl.up.Set(path, fakeupstream.Behavior{Block: release})
 		var landed time.Time
 		go func() {
-			_ = cl.up.WaitCount(ctx, path, 1)
-			time.Sleep(150 * time.Millisecond) // every caller waiting
+			_ = cl.awaitJoined(ctx, path, callers) // every caller waiting
 			landed = time.Now()
 			close(release)
 		}()
@@ -129,7 +128,9 @@ func BenchmarkHandOff(b *testing.B) {
 						mu.Unlock()
 					})
 				}
-				time.Sleep(100 * time.Millisecond) // every follower waiting
+				if err := cl.awaitJoined(ctx, path, 1+40); err != nil { // every follower waiting
+					b.Fatal(err)
+				}
 				landed := time.Now()
 				close(release)
 				wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 )
@@ -64,23 +65,39 @@ func (fl *fleet) burst(ctx context.Context, paths []string, perInstance int) []e
 }
 
 // hold holds the upstream's answers to paths until each has had its first
-// request and its followers had time to join (nothing signals that a gRPC
-// caller waits), then runs during, if set, then lets every answer through.
-func (fl *fleet) hold(ctx context.Context, paths []string, during func()) {
+// request and perInstance callers on every instance wait for it (the
+// followers joined: awaitJoined), then runs during, if set, then lets
+// every answer through. If ctx ends first, it lets them through at once.
+func (fl *fleet) hold(ctx context.Context, paths []string, perInstance int, during func()) {
 	release := make(chan struct{})
 	for _, p := range paths {
 		fl.up.Set(p, fakeupstream.Behavior{Block: release})
 	}
 	go func() {
 		defer close(release)
-		for _, p := range paths {
-			_ = fl.up.WaitCount(ctx, p, 1)
+		if fl.awaitJoined(ctx, paths, perInstance) != nil {
+			return
 		}
-		time.Sleep(100 * time.Millisecond) // the followers join
 		if during != nil {
 			during()
 		}
 	}()
+}
+
+// awaitJoined waits until, for each of paths, perInstance callers on
+// every instance wait for it, each in a flight that leads or follows
+// (coordtest.Joined), or ctx ends.
+func (fl *fleet) awaitJoined(ctx context.Context, paths []string, perInstance int) error {
+	cs := make([]*coordinator.Coordinator, len(fl.instances))
+	for i, in := range fl.instances {
+		cs[i] = in.Coordinator
+	}
+	for _, p := range paths {
+		if err := coordtest.AwaitJoined(ctx, fl.up.URL()+p, perInstance*len(cs), cs...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waves sends waves of 4 cold keys, each with also, through burst (2
@@ -184,12 +201,9 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	heldErrs := make(chan []error, 1)
 	go func() { heldErrs <- fl.burst(ctx, held, 3) }()
-	for _, p := range held {
-		if err := fl.up.WaitCount(ctx, p, 1); err != nil {
-			t.Fatal(err)
-		}
+	if err := fl.awaitJoined(ctx, held, 3); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the followers join; nothing signals a waiting gRPC caller
 	old := s.Master(t)
 	old.Kill()
 	close(release)

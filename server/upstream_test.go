@@ -266,8 +266,7 @@ func TestNoCacheStampedeAcrossInstances(t *testing.T) {
 			cl.up.Set(path, fakeupstream.Behavior{Block: release, Conditional: true}.WithHeader("Cache-Control", cc))
 			go func() {
 				defer close(release)
-				_ = cl.up.WaitCount(ctx, path, 1)
-				time.Sleep(300 * time.Millisecond) // the other callers join and subscribe
+				_ = cl.awaitJoined(ctx, path, 30) // the other callers join and subscribe
 			}()
 			out := cl.burst(t, ctx, 30, func(int) *coorddv1.GetOrFetchRequest {
 				return &coorddv1.GetOrFetchRequest{Url: cl.url(path)}

@@ -245,7 +245,7 @@ func TestGetReassemblesStream(t *testing.T) {
 	}
 
 	// MaxAge reaches coordd: a copy older than it is fetched anew.
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // time is the subject: the copy ages past MaxAge(1ms)
 	doc, err = c.Get(context.Background(), up.URL()+"/big", coordd.MaxAge(time.Millisecond))
 	if err != nil || doc.Metadata.GetSource() != coorddv1.Source_SOURCE_UPSTREAM || up.Count("/big") != 2 {
 		t.Errorf("MaxAge(1ms): %v, source %v, %d upstream requests; want a second fetch", err, doc.GetMetadata().GetSource(), up.Count("/big"))

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 )
@@ -115,7 +116,9 @@ func TestLockHolderProcessKilled(t *testing.T) {
 			done <- result{d, err}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	if err := coordtest.AwaitJoined(ctx, up.URL()+"/k", 20, other.Coordinator); err != nil {
+		t.Fatalf("the followers never joined: %v", err)
+	}
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

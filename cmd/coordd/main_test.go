@@ -14,6 +14,7 @@ import (
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/storetest"
@@ -147,8 +148,17 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Fatalf("fill lock not held during the fetch")
 	}
 	cancel() // SIGTERM
-	// A new connection sees NOT_SERVING or is refused; an in-flight stream finishes.
-	time.Sleep(100 * time.Millisecond)
+	// A new connection is refused once the drain stops gracefully (health
+	// went NOT_SERVING before); the in-flight stream still finishes.
+	refused := func() bool {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return true
+		}
+		conn.Close()
+		return false
+	}
+	coordtest.WaitFor(t, 10*time.Second, "the listener closed by the drain", refused)
 	close(release)
 	if err := <-got; err != nil {
 		t.Fatalf("in-flight stream: %v", err)

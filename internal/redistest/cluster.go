@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -272,7 +273,7 @@ func (c *Cluster) WaitOK(t testing.TB) {
 }
 
 // MasterOf returns the node serving key's slot (KeySlot) as master, as
-// the first running node that answers CLUSTER SLOTS sees it: a killed
+// the first running node that answers CLUSTER SHARDS sees it: a killed
 // master not yet failed over is still named. Call WaitFailover first to
 // ask after a failover. key may be any string, a channel name too. It
 // calls t.Fatalf if no running node answers or the one that does names a
@@ -299,15 +300,20 @@ func (c *Cluster) MasterOf(t testing.TB, key string) *Server {
 	return nil
 }
 
-// slotMaster returns the address of slot's master in rc's CLUSTER SLOTS.
+// slotMaster returns the address of slot's master in rc's CLUSTER SHARDS.
 func slotMaster(ctx context.Context, rc *redis.Client, slot int) (string, error) {
-	ranges, err := rc.ClusterSlots(ctx).Result()
+	shards, err := rc.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, r := range ranges {
-		if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
-			return r.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= int64(slot) && int64(slot) <= r.End }) {
+			continue
+		}
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+			}
 		}
 	}
 	return "", fmt.Errorf("slot %d is served by no node", slot)
@@ -332,7 +338,7 @@ func (c *Cluster) index(addr string) int {
 // WaitFailover waits (at most 15s) until the slots old served as master
 // are served by another node, which answers INFO replication as a master, and every
 // running node other than old reports cluster_state:ok and names that node
-// as their master in CLUSTER SLOTS; it returns that node. Typically old
+// as their master in CLUSTER SHARDS; it returns that node. Typically old
 // was just killed: with FailoverNodeTimeout the masters fail it after
 // about 1.5-2s and its replica is promoted about a second later. It calls
 // t.Fatalf on timeout, or if old served no slots when the Cluster last
@@ -421,7 +427,7 @@ func (c *Cluster) failedOver(ctx context.Context, clients []*redis.Client, o, sl
 // master to, as a resharding does but without MIGRATE: CLUSTER SETSLOT
 // IMPORTING on to, MIGRATING on the old master, then NODE on both and on
 // every other running master. It waits (at most 10s) until every running
-// node's CLUSTER SLOTS names to as the slot's master. A client subscribed
+// node's CLUSTER SHARDS names to as the slot's master. A client subscribed
 // to a shard channel of the slot on the old master is dropped
 // (sunsubscribe). It calls t.Fatalf on failure, so call it from the test
 // goroutine.
