@@ -431,13 +431,16 @@ func (c *Coordinator) follow(f *flight, cl claim) (step, *Result, error) {
 		return relock, nil, nil // the lock expired between our two looks
 	}
 	c.m.Follower("remote")
-	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
 	d, enc, _ := c.co.read(c.ctx, t.id)
 	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		return answered, &Result{Doc: d, Source: SourceL2}, nil
 	}
 	c.keepAsFallback(f, d, enc)
+	// Said once L2 has been re-checked: from now on only the holder's
+	// push (or its lease's end) answers this flight, which tests and
+	// operators can rely on when they see the stage.
+	f.report(Progress{Role: RoleFollower, Stage: StageWaitingLeader, Detail: "another instance is fetching"})
 	// A holder cut off from Redis keeps its lease until what is left of it
 	// runs out, at most LockTTL after its watchdog last renewed it: look
 	// again then, and take over if the lease lapsed; a live holder will
