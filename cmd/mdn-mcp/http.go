@@ -22,6 +22,10 @@ type httpConfig struct {
 	// token, if set, is the bearer token every MCP request must carry
 	// ($MDN_MCP_TOKEN). /healthz needs none.
 	token string
+	// allowedOrigins are the browser origins admitted at /mcp
+	// (--allowed-origins, $MDN_MCP_ALLOWED_ORIGINS); a request with any
+	// other Origin header gets 403. Default: none.
+	allowedOrigins map[string]bool
 	// drainDelay is how long /healthz answers 503 after SIGTERM while
 	// requests are still served, so that the balancer takes the replica out
 	// of rotation before it stops accepting. Default: 0.
@@ -56,7 +60,7 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 		Logger:    log,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, requireToken(cfg.token, mcpHandler))
+	mux.Handle(mcpPath, requireOrigin(cfg.allowedOrigins, requireToken(cfg.token, mcpHandler)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)

@@ -20,6 +20,10 @@ export interface HTTPOptions {
   /** token, if set, is the bearer token every MCP request must carry
    * ($MDN_MCP_TOKEN). /healthz needs none. */
   token?: string;
+  /** allowedOrigins are the browser origins admitted at /mcp
+   * (--allowed-origins, $MDN_MCP_ALLOWED_ORIGINS), as parseOrigins returns
+   * them; a request with any other Origin header gets 403. Default: none. */
+  allowedOrigins?: ReadonlySet<string>;
   /** drainDelayMs is how long /healthz answers 503 after drain() while
    * requests are still served, for the balancer to notice. Default 0. */
   drainDelayMs?: number;
@@ -81,6 +85,10 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
     }
     if (path !== MCP_PATH) {
       res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end("404 page not found\n");
+      return;
+    }
+    if (!originAllowed(req, opts.allowedOrigins)) {
+      res.writeHead(403, { "content-type": "text/plain; charset=utf-8" }).end("mdn-mcp: Origin not allowed (see --allowed-origins)\n");
       return;
     }
     if (!localHostAllowed(req)) {
@@ -153,6 +161,41 @@ function bearerOK(header: string | undefined, token: string): boolean {
   const got = Buffer.from(m[1]!.trim());
   const want = Buffer.from(token);
   return got.length === want.length && timingSafeEqual(got, want);
+}
+
+// ORIGIN is an origin as a browser serializes it: scheme://host[:port],
+// with no path, query or user information.
+const ORIGIN = /^https?:\/\/([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?$/;
+
+/**
+ * parseOrigins reads --allowed-origins: a comma-separated list of exact
+ * origins such as https://app.example or http://localhost:3000. Each is
+ * lowercased and loses a default port (:80 for http, :443 for https), as a
+ * browser sends it. An empty list admits no Origin. It throws, naming the
+ * flag, on an entry that is not an origin.
+ */
+export function parseOrigins(list: string): Set<string> {
+  const allowed = new Set<string>();
+  for (let o of list.split(",")) {
+    o = o.trim().toLowerCase();
+    if (o === "") continue;
+    if (!ORIGIN.test(o)) {
+      throw new Error(`--allowed-origins: ${JSON.stringify(o)} is not an origin: want scheme://host[:port], such as https://app.example, with no path`);
+    }
+    allowed.add(o.replace(o.startsWith("https:") ? /:443$/ : /:80$/, ""));
+  }
+  return allowed;
+}
+
+// originAllowed reports whether a request's Origin header is absent or one
+// of allowed (exact match), as the Go server's requireOrigin does: a
+// request with no Origin comes from no browser, and DNS rebinding needs a
+// browser. An empty Origin, "null" and the server's own origin are refused
+// unless listed. (Node joins repeated Origin headers with ", ", which is
+// never an origin.)
+function originAllowed(req: IncomingMessage, allowed: ReadonlySet<string> | undefined): boolean {
+  const origin = req.headers.origin;
+  return origin === undefined || (allowed?.has(origin) ?? false);
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;
