@@ -116,7 +116,7 @@ func (c httpCase) exchange(t *testing.T, host string) {
 	}
 	if c.Close {
 		if !res.Close {
-			t.Errorf("no Connection: close in the answer; headers %v", res.Header)
+			t.Fatalf("no Connection: close in the answer; headers %v", res.Header)
 		}
 		if rest, err := io.ReadAll(br); err != nil || len(rest) > 0 {
 			t.Errorf("after the answer: %q, %v; want the connection closed, nothing more", rest, err)

@@ -4,7 +4,7 @@
 
 import { timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
@@ -57,6 +57,7 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
   let inFlight = 0;
   let idle: (() => void) | undefined; // called when inFlight drops to 0 while closing
   const server: Server = createServer((req, res) => {
+    if (refuseTransferEncoding(req, res)) return;
     inFlight++;
     res.once("close", () => {
       inFlight--;
@@ -152,6 +153,29 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       return ok;
     })());
   return { url, drain };
+}
+
+// refused holds the connections on which a request was refused for its
+// Transfer-Encoding.
+const refused = new WeakSet<Socket>();
+
+// refuseTransferEncoding answers 400 with Connection: close to a request
+// that carries Transfer-Encoding, on every path, as the Go server's
+// refuseTransferEncoding does, and reports whether it did: with
+// Content-Length too (RFC 9112 6.3; Node refuses that pair itself) it is
+// how requests are smuggled past a front proxy that frames by
+// Content-Length, and an MCP request is bounded JSON that needs no
+// chunking. Node has parsed the body as chunked and may already emit the
+// requests pipelined behind it: those are left unanswered and unhandled
+// (it also reports true for them) while the connection closes.
+function refuseTransferEncoding(req: IncomingMessage, res: ServerResponse): boolean {
+  if (refused.has(req.socket)) return true;
+  if (req.headers["transfer-encoding"] === undefined) return false;
+  refused.add(req.socket);
+  res
+    .writeHead(400, { connection: "close", "content-type": "text/plain; charset=utf-8" })
+    .end("mdn-mcp: Transfer-Encoding is not accepted; send the body with Content-Length\n");
+  return true;
 }
 
 // bearerOK reports whether an Authorization header carries token.

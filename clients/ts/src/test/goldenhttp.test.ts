@@ -126,7 +126,15 @@ function checkJSONRPC(c: Case, contentType: string, body: Buffer): void {
 test("golden http", async (t) => {
   const corpus = JSON.parse(readFileSync(join(GOLDEN_DIR, "http.json"), "utf8")) as { allowedOrigins: string; cases: Case[] };
   assert.ok(corpus.cases.length > 0, "http.json has no cases");
-  const mdn = new MDN({ addr: "coordd.test:1", get: () => Promise.reject(new Error("coordd must not be asked")) }, "https://mdn.test");
+  let coorddCalls = 0;
+  const getter = {
+    addr: "coordd.test:1",
+    get: () => {
+      coorddCalls++;
+      return Promise.reject(new Error("coordd must not be asked"));
+    },
+  };
+  const mdn = new MDN(getter, "https://mdn.test");
   const server = await serveHTTP(
     { host: "127.0.0.1", port: 0, allowedOrigins: parseOrigins(corpus.allowedOrigins), log: () => {} },
     () => newServer(mdn),
@@ -146,8 +154,10 @@ test("golden http", async (t) => {
       });
     }
   } finally {
-    await server.drain();
+    assert.ok(await server.drain(), "drained");
   }
+  // drain waited for every request handled: none may have reached coordd.
+  assert.equal(coorddCalls, 0, "requests that reached coordd");
 });
 
 test("parseOrigins", () => {
