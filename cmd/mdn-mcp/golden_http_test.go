@@ -35,6 +35,7 @@ type httpCase struct {
 	ID      json.RawMessage   `json:"id"`
 	Result  bool              `json:"result"`
 	Error   int               `json:"error"`
+	Message *string           `json:"message"`
 }
 
 func readHTTPCorpus(t *testing.T) httpCorpus {
@@ -55,8 +56,10 @@ func readHTTPCorpus(t *testing.T) httpCorpus {
 
 // request is the bytes the case sends to host.
 func (c httpCase) request(host string) []byte {
+	_, port, _ := net.SplitHostPort(host)
+	expand := strings.NewReplacer("{host}", host, "{port}", port).Replace
 	if c.Raw != "" {
-		return []byte(strings.ReplaceAll(c.Raw, "{host}", host))
+		return []byte(expand(c.Raw))
 	}
 	method := c.Method
 	if method == "" {
@@ -69,7 +72,7 @@ func (c httpCase) request(host string) []byte {
 		"Mcp-Protocol-Version": "2025-06-18",
 	}
 	for k, v := range c.Headers {
-		h[k] = strings.ReplaceAll(v, "{host}", host)
+		h[k] = expand(v)
 	}
 	if c.Body != "" {
 		h["Content-Length"] = fmt.Sprint(len(c.Body))
@@ -122,7 +125,7 @@ func (c httpCase) exchange(t *testing.T, host string) {
 			t.Errorf("after the answer: %q, %v; want the connection closed, nothing more", rest, err)
 		}
 	}
-	if c.ID != nil {
+	if c.Result || c.Error != 0 {
 		c.checkJSONRPC(t, res.Header.Get("Content-Type"), body)
 	}
 }
@@ -146,7 +149,8 @@ func (c httpCase) checkJSONRPC(t *testing.T, contentType string, body []byte) {
 		ID      json.RawMessage `json:"id"`
 		Result  json.RawMessage `json:"result"`
 		Error   *struct {
-			Code int `json:"code"`
+			Code    int    `json:"code"`
+			Message string `json:"message"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(body, &msg); err != nil {
@@ -160,6 +164,8 @@ func (c httpCase) checkJSONRPC(t *testing.T, contentType string, body []byte) {
 		t.Errorf("answer %s; want a result", body)
 	case !c.Result && (msg.Error == nil || msg.Error.Code != c.Error):
 		t.Errorf("answer %s; want an error with code %d", body, c.Error)
+	case !c.Result && c.Message != nil && msg.Error.Message != *c.Message:
+		t.Errorf("answer %s; want the message %q", body, *c.Message)
 	}
 }
 

@@ -60,7 +60,7 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 		Logger:    log,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, requireOrigin(cfg.allowedOrigins, requireToken(cfg.token, mcpHandler)))
+	mux.Handle(mcpPath, requireOrigin(cfg.allowedOrigins, requireToken(cfg.token, checkJSONRPC(mcpHandler))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -36,10 +37,10 @@ func parseOrigins(list string) (map[string]bool, error) {
 }
 
 // requireOrigin answers 403 to a request whose Origin header is present and
-// not one of allowed (exact match), and passes the rest on: a request with
-// no Origin comes from no browser, and DNS rebinding needs a browser.
-// An empty Origin, "null" (sandboxed frames, file: pages) and the server's
-// own origin are refused unless listed.
+// neither one of allowed (exact match) nor the server's own loopback origin
+// (sameLoopbackOrigin), and passes the rest on: a request with no Origin
+// comes from no browser, and DNS rebinding needs a browser. An empty
+// Origin and "null" (sandboxed frames, file: pages) are refused.
 //
 // Hand-rolled rather than http.CrossOriginProtection (which the go-sdk's
 // StreamableHTTPOptions also takes): that admits any Origin whose host
@@ -47,10 +48,28 @@ func parseOrigins(list string) (map[string]bool, error) {
 // which is exactly what a DNS-rebinding page sends, and it exempts GET.
 func requireOrigin(allowed map[string]bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if origins := r.Header.Values("Origin"); len(origins) > 0 && (len(origins) > 1 || !allowed[origins[0]]) {
+		if origins := r.Header.Values("Origin"); len(origins) > 0 && (len(origins) > 1 || !allowed[origins[0]] && !sameLoopbackOrigin(origins[0], r.Host)) {
 			http.Error(w, "mdn-mcp: Origin not allowed (see --allowed-origins)", http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sameLoopbackOrigin reports whether origin is http://HOST for the request's
+// Host header, and that names a loopback address (localhost, 127.0.0.0/8,
+// [::1]): a page the server itself would have served, as the MCP
+// conformance suite's DNS-rebinding scenario expects to be admitted. A
+// rebinding page cannot send it: its Host and Origin carry the attacker's
+// name, never a loopback one.
+func sameLoopbackOrigin(origin, host string) bool {
+	if origin != "http://"+host {
+		return false
+	}
+	name, _, err := net.SplitHostPort(host)
+	if err != nil {
+		name = strings.Trim(host, "[]")
+	}
+	ip := net.ParseIP(name)
+	return name == "localhost" || ip != nil && ip.IsLoopback()
 }

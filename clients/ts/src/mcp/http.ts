@@ -9,6 +9,8 @@ import type { AddressInfo, Socket } from "node:net";
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 
+import { checkMessage, errorBody, MAX_BODY_BYTES, readBody } from "./jsonrpc.js";
+
 /** MCP_PATH is where MCP Streamable HTTP is served. */
 export const MCP_PATH = "/mcp";
 
@@ -106,6 +108,19 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       res.writeHead(405, { allow: "POST", "content-type": "text/plain; charset=utf-8" }).end("GET and DELETE are not supported: this server is stateless\n");
       return;
     }
+    const text = await readBody(req);
+    if (text === undefined) {
+      res
+        .writeHead(413, { connection: "close", "content-type": "text/plain; charset=utf-8" })
+        .end(`request body exceeds ${MAX_BODY_BYTES} bytes\n`);
+      return;
+    }
+    const verdict = checkMessage(text);
+    if (verdict.status !== 0) {
+      if (verdict.code === undefined) res.writeHead(verdict.status).end();
+      else res.writeHead(verdict.status, { "content-type": "application/json" }).end(errorBody(verdict));
+      return;
+    }
     const mcp = newServer();
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.once("close", () => {
@@ -113,7 +128,7 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       void mcp.close();
     });
     await mcp.connect(transport);
-    await transport.handleRequest(req, res);
+    await transport.handleRequest(req, res, verdict.body);
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -211,15 +226,27 @@ export function parseOrigins(list: string): Set<string> {
   return allowed;
 }
 
-// originAllowed reports whether a request's Origin header is absent or one
-// of allowed (exact match), as the Go server's requireOrigin does: a
-// request with no Origin comes from no browser, and DNS rebinding needs a
-// browser. An empty Origin, "null" and the server's own origin are refused
-// unless listed. (Node joins repeated Origin headers with ", ", which is
+// originAllowed reports whether a request's Origin header is absent, one of
+// allowed (exact match) or the server's own loopback origin, as the Go
+// server's requireOrigin does: a request with no Origin comes from no
+// browser, and DNS rebinding needs a browser. An empty Origin and "null"
+// are refused. (Node joins repeated Origin headers with ", ", which is
 // never an origin.)
 function originAllowed(req: IncomingMessage, allowed: ReadonlySet<string> | undefined): boolean {
   const origin = req.headers.origin;
-  return origin === undefined || (allowed?.has(origin) ?? false);
+  return origin === undefined || (allowed?.has(origin) ?? false) || sameLoopbackOrigin(origin, req.headers.host);
+}
+
+// sameLoopbackOrigin reports whether origin is http://HOST for the Host
+// header, and that names a loopback address (localhost, 127.0.0.0/8,
+// [::1]): a page the server itself would have served, as the MCP
+// conformance suite's DNS-rebinding scenario expects to be admitted. A
+// rebinding page cannot send it: its Host and Origin carry the attacker's
+// name, never a loopback one.
+function sameLoopbackOrigin(origin: string, host: string | undefined): boolean {
+  if (host === undefined || origin !== `http://${host}`) return false;
+  const name = host.replace(/:\d+$/, "").replace(/^\[(.*)\]$/, "$1");
+  return name === "localhost" || LOOPBACK.test(name);
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;

@@ -27,18 +27,20 @@ interface Case {
   id?: unknown;
   result?: boolean;
   error?: number;
+  message?: string;
 }
 
 // request is the bytes c sends to host.
 function request(c: Case, host: string): Buffer {
-  if (c.raw !== undefined) return Buffer.from(c.raw.replaceAll("{host}", host), "latin1");
+  const expand = (s: string) => s.replaceAll("{host}", host).replaceAll("{port}", host.slice(host.lastIndexOf(":") + 1));
+  if (c.raw !== undefined) return Buffer.from(expand(c.raw), "latin1");
   const h: Record<string, string> = {
     Host: host,
     "Content-Type": "application/json",
     Accept: "application/json, text/event-stream",
     "Mcp-Protocol-Version": "2025-06-18",
   };
-  for (const [k, v] of Object.entries(c.headers ?? {})) h[k] = v.replaceAll("{host}", host);
+  for (const [k, v] of Object.entries(c.headers ?? {})) h[k] = expand(v);
   if (c.body) h["Content-Length"] = String(Buffer.byteLength(c.body));
   const lines = Object.keys(h)
     .sort()
@@ -116,11 +118,13 @@ function checkJSONRPC(c: Case, contentType: string, body: Buffer): void {
   if (contentType.startsWith("text/event-stream")) {
     text = /^data:(.*)$/m.exec(text)?.[1]?.trim() ?? "";
   }
-  const msg = JSON.parse(text) as { jsonrpc?: string; id?: unknown; result?: unknown; error?: { code?: number } };
+  const msg = JSON.parse(text) as { jsonrpc?: string; id?: unknown; result?: unknown; error?: { code?: number; message?: string } };
   assert.equal(msg.jsonrpc, "2.0", text);
   assert.deepEqual(msg.id, c.id, text);
   if (c.result) assert.ok(msg.result !== undefined && msg.error === undefined, `want a result: ${text}`);
   else assert.equal(msg.error?.code, c.error, `want an error with code ${c.error}: ${text}`);
+  if (c.message !== undefined) assert.equal(msg.error?.message, c.message, text);
+  if (c.id === undefined) assert.ok(!("id" in msg), `want no id: ${text}`);
 }
 
 test("golden http", async (t) => {
@@ -150,7 +154,7 @@ test("golden http", async (t) => {
           assert.ok(res.closed, "connection closed");
           assert.equal(res.rest.toString("latin1"), "", "nothing after the answer");
         }
-        if (c.id !== undefined) checkJSONRPC(c, res.headers.get("content-type") ?? "", res.body);
+        if (c.result || c.error !== undefined) checkJSONRPC(c, res.headers.get("content-type") ?? "", res.body);
       });
     }
   } finally {
