@@ -22,6 +22,10 @@ type httpConfig struct {
 	// token, if set, is the bearer token every MCP request must carry
 	// ($MDN_MCP_TOKEN). /healthz needs none.
 	token string
+	// allowedOrigins are the browser origins admitted at /mcp
+	// (--allowed-origins, $MDN_MCP_ALLOWED_ORIGINS); a request with any
+	// other Origin header gets 403. Default: none.
+	allowedOrigins map[string]bool
 	// drainDelay is how long /healthz answers 503 after SIGTERM while
 	// requests are still served, so that the balancer takes the replica out
 	// of rotation before it stops accepting. Default: 0.
@@ -56,7 +60,7 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 		Logger:    log,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, requireToken(cfg.token, mcpHandler))
+	mux.Handle(mcpPath, requireOrigin(cfg.allowedOrigins, requireToken(cfg.token, checkJSONRPC(mcpHandler))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
@@ -65,7 +69,7 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           refuseTransferEncoding(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -128,6 +132,24 @@ func requireToken(token string, next http.Handler) http.Handler {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mdn-mcp"`)
 			http.Error(w, "mdn-mcp: a valid bearer token is required (Authorization: Bearer ...)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuseTransferEncoding answers 400 and closes the connection for a
+// request that carries Transfer-Encoding, on every path. With
+// Content-Length too (RFC 9112 §6.3) that is how requests are smuggled
+// past a front proxy that frames by Content-Length; and an MCP request is
+// bounded JSON that needs no chunking. net/http has already dropped the
+// Content-Length header of such a request and read its body as chunked:
+// r.TransferEncoding is what tells.
+func refuseTransferEncoding(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "mdn-mcp: Transfer-Encoding is not accepted; send the body with Content-Length", http.StatusBadRequest)
 			return
 		}
 		next.ServeHTTP(w, r)

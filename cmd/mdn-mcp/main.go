@@ -6,7 +6,8 @@
 //	mdn-mcp [--coordd ADDR] [--mdn-base URL] [--timeout DURATION]
 //	        [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
 //	        [--coordd-tls-cert FILE --coordd-tls-key FILE]
-//	        [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
+//	        [--http ADDR [--allowed-origins ORIGINS] [--drain-delay DURATION]
+//	        [--shutdown-grace DURATION]]
 //	mdn-mcp --version
 //
 // coordd must list the --mdn-base URL among its upstreams (MDN is its
@@ -15,8 +16,9 @@
 // speaks MCP on stdin and stdout and logs to stderr; with --http it serves
 // MCP Streamable HTTP at /mcp instead, stateless (any replica behind a
 // round-robin balancer answers any request), with /healthz, draining on
-// SIGTERM, and, if $MDN_MCP_TOKEN is set, requiring that bearer token of
-// MCP clients.
+// SIGTERM, refusing (403) any browser Origin not listed in
+// --allowed-origins, and, if $MDN_MCP_TOKEN is set, requiring that bearer
+// token of MCP clients.
 package main
 
 import (
@@ -94,6 +96,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&sec.keyFile, "coordd-tls-key", "", "client certificate's key PEM `file`")
 	httpAddr := fs.String("http", "", "serve MCP Streamable HTTP at http://`ADDR`/mcp (host:port) instead of stdio; MCP clients must send $MDN_MCP_TOKEN as a bearer token if it is set")
 	drainDelay := fs.Duration("drain-delay", 0, "with --http: how long /healthz answers 503 after SIGTERM before the listener closes, for the balancer to notice")
+	originsFlag := fs.String("allowed-origins", os.Getenv("MDN_MCP_ALLOWED_ORIGINS"), "with --http: comma-separated `origins` (scheme://host[:port]) of browser front-ends admitted at /mcp; a request with any other Origin header gets 403 (default $MDN_MCP_ALLOWED_ORIGINS, else none)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "with --http: how long requests in flight may run once the listener is closed")
 	showVersion := fs.Bool("version", false, "print the version and build facts, then exit")
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +115,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout %v: must be positive", *timeout)
+	}
+	allowedOrigins, err := parseOrigins(*originsFlag)
+	if err != nil {
+		return err
 	}
 	if *drainDelay < 0 || *grace <= 0 {
 		return fmt.Errorf("--drain-delay %v, --shutdown-grace %v: want >= 0 and > 0", *drainDelay, *grace)
@@ -136,7 +143,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, cmp.Or(buildinfo.Version, version))
 	if *httpAddr != "" {
-		return serveHTTP(ctx, httpConfig{addr: *httpAddr, token: os.Getenv("MDN_MCP_TOKEN"), drainDelay: *drainDelay, grace: *grace}, s, log, nil)
+		return serveHTTP(ctx, httpConfig{addr: *httpAddr, token: os.Getenv("MDN_MCP_TOKEN"), allowedOrigins: allowedOrigins, drainDelay: *drainDelay, grace: *grace}, s, log, nil)
 	}
 	err = s.Run(ctx, &mcp.StdioTransport{})
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {

@@ -435,6 +435,7 @@ func TestFlags(t *testing.T) {
 		{"negative drain delay", []string{"--http", "127.0.0.1:0", "--drain-delay", "-1s"}, "--drain-delay"},
 		{"bad listen address", []string{"--http", "nowhere"}, "--http"},
 		{"unknown flag", []string{"--nope"}, "not defined"},
+		{"origin with a path", []string{"--http", "127.0.0.1:0", "--allowed-origins", "https://app.example/"}, "--allowed-origins"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

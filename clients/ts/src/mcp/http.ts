@@ -4,10 +4,12 @@
 
 import { timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+
+import { checkMessage, errorBody, MAX_BODY_BYTES, readBody } from "./jsonrpc.js";
 
 /** MCP_PATH is where MCP Streamable HTTP is served. */
 export const MCP_PATH = "/mcp";
@@ -20,6 +22,10 @@ export interface HTTPOptions {
   /** token, if set, is the bearer token every MCP request must carry
    * ($MDN_MCP_TOKEN). /healthz needs none. */
   token?: string;
+  /** allowedOrigins are the browser origins admitted at /mcp
+   * (--allowed-origins, $MDN_MCP_ALLOWED_ORIGINS), as parseOrigins returns
+   * them; a request with any other Origin header gets 403. Default: none. */
+  allowedOrigins?: ReadonlySet<string>;
   /** drainDelayMs is how long /healthz answers 503 after drain() while
    * requests are still served, for the balancer to notice. Default 0. */
   drainDelayMs?: number;
@@ -53,6 +59,7 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
   let inFlight = 0;
   let idle: (() => void) | undefined; // called when inFlight drops to 0 while closing
   const server: Server = createServer((req, res) => {
+    if (refuseTransferEncoding(req, res)) return;
     inFlight++;
     res.once("close", () => {
       inFlight--;
@@ -83,6 +90,10 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end("404 page not found\n");
       return;
     }
+    if (!originAllowed(req, opts.allowedOrigins)) {
+      res.writeHead(403, { "content-type": "text/plain; charset=utf-8" }).end("mdn-mcp: Origin not allowed (see --allowed-origins)\n");
+      return;
+    }
     if (!localHostAllowed(req)) {
       res.writeHead(403, { "content-type": "text/plain; charset=utf-8" }).end("Forbidden: invalid Host header\n");
       return;
@@ -97,6 +108,19 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       res.writeHead(405, { allow: "POST", "content-type": "text/plain; charset=utf-8" }).end("GET and DELETE are not supported: this server is stateless\n");
       return;
     }
+    const text = await readBody(req);
+    if (text === undefined) {
+      res
+        .writeHead(413, { connection: "close", "content-type": "text/plain; charset=utf-8" })
+        .end(`request body exceeds ${MAX_BODY_BYTES} bytes\n`);
+      return;
+    }
+    const verdict = checkMessage(text);
+    if (verdict.status !== 0) {
+      if (verdict.code === undefined) res.writeHead(verdict.status).end();
+      else res.writeHead(verdict.status, { "content-type": "application/json" }).end(errorBody(verdict));
+      return;
+    }
     const mcp = newServer();
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
     res.once("close", () => {
@@ -104,7 +128,7 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
       void mcp.close();
     });
     await mcp.connect(transport);
-    await transport.handleRequest(req, res);
+    await transport.handleRequest(req, res, verdict.body);
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -146,6 +170,29 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
   return { url, drain };
 }
 
+// refused holds the connections on which a request was refused for its
+// Transfer-Encoding.
+const refused = new WeakSet<Socket>();
+
+// refuseTransferEncoding answers 400 with Connection: close to a request
+// that carries Transfer-Encoding, on every path, as the Go server's
+// refuseTransferEncoding does, and reports whether it did: with
+// Content-Length too (RFC 9112 6.3; Node refuses that pair itself) it is
+// how requests are smuggled past a front proxy that frames by
+// Content-Length, and an MCP request is bounded JSON that needs no
+// chunking. Node has parsed the body as chunked and may already emit the
+// requests pipelined behind it: those are left unanswered and unhandled
+// (it also reports true for them) while the connection closes.
+function refuseTransferEncoding(req: IncomingMessage, res: ServerResponse): boolean {
+  if (refused.has(req.socket)) return true;
+  if (req.headers["transfer-encoding"] === undefined) return false;
+  refused.add(req.socket);
+  res
+    .writeHead(400, { connection: "close", "content-type": "text/plain; charset=utf-8" })
+    .end("mdn-mcp: Transfer-Encoding is not accepted; send the body with Content-Length\n");
+  return true;
+}
+
 // bearerOK reports whether an Authorization header carries token.
 function bearerOK(header: string | undefined, token: string): boolean {
   const m = /^bearer\s+(.+)$/i.exec((header ?? "").trim());
@@ -153,6 +200,53 @@ function bearerOK(header: string | undefined, token: string): boolean {
   const got = Buffer.from(m[1]!.trim());
   const want = Buffer.from(token);
   return got.length === want.length && timingSafeEqual(got, want);
+}
+
+// ORIGIN is an origin as a browser serializes it: scheme://host[:port],
+// with no path, query or user information.
+const ORIGIN = /^https?:\/\/([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?$/;
+
+/**
+ * parseOrigins reads --allowed-origins: a comma-separated list of exact
+ * origins such as https://app.example or http://localhost:3000. Each is
+ * lowercased and loses a default port (:80 for http, :443 for https), as a
+ * browser sends it. An empty list admits no Origin. It throws, naming the
+ * flag, on an entry that is not an origin.
+ */
+export function parseOrigins(list: string): Set<string> {
+  const allowed = new Set<string>();
+  for (let o of list.split(",")) {
+    o = o.trim().toLowerCase();
+    if (o === "") continue;
+    if (!ORIGIN.test(o)) {
+      throw new Error(`--allowed-origins: ${JSON.stringify(o)} is not an origin: want scheme://host[:port], such as https://app.example, with no path`);
+    }
+    allowed.add(o.replace(o.startsWith("https:") ? /:443$/ : /:80$/, ""));
+  }
+  return allowed;
+}
+
+// originAllowed reports whether a request's Origin header is absent, one of
+// allowed (exact match) or the server's own loopback origin, as the Go
+// server's requireOrigin does: a request with no Origin comes from no
+// browser, and DNS rebinding needs a browser. An empty Origin and "null"
+// are refused. (Node joins repeated Origin headers with ", ", which is
+// never an origin.)
+function originAllowed(req: IncomingMessage, allowed: ReadonlySet<string> | undefined): boolean {
+  const origin = req.headers.origin;
+  return origin === undefined || (allowed?.has(origin) ?? false) || sameLoopbackOrigin(origin, req.headers.host);
+}
+
+// sameLoopbackOrigin reports whether origin is http://HOST for the Host
+// header, and that names a loopback address (localhost, 127.0.0.0/8,
+// [::1]): a page the server itself would have served, as the MCP
+// conformance suite's DNS-rebinding scenario expects to be admitted. A
+// rebinding page cannot send it: its Host and Origin carry the attacker's
+// name, never a loopback one.
+function sameLoopbackOrigin(origin: string, host: string | undefined): boolean {
+  if (host === undefined || origin !== `http://${host}`) return false;
+  const name = host.replace(/:\d+$/, "").replace(/^\[(.*)\]$/, "$1");
+  return name === "localhost" || LOOPBACK.test(name);
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|::ffff:127\.\d+\.\d+\.\d+)$/;

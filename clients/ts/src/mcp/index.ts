@@ -6,4 +6,4 @@
 
 export { newServer } from "./tools.js";
 export { DEFAULT_MDN_BASE, MDN, SEARCH_RESULTS, type Getter } from "./mdn.js";
-export { MCP_PATH, serveHTTP, type HTTPOptions, type HTTPServer } from "./http.js";
+export { MCP_PATH, parseOrigins, serveHTTP, type HTTPOptions, type HTTPServer } from "./http.js";

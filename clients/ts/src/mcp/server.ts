@@ -7,7 +7,7 @@
 //	node dist/mcp/server.js [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION]
 //	  [--coordd-token TOKEN] [--coordd-tls] [--coordd-tls-ca FILE]
 //	  [--coordd-tls-cert FILE --coordd-tls-key FILE]
-//	  [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
+//	  [--http ADDR [--allowed-origins ORIGINS] [--drain-delay DURATION] [--shutdown-grace DURATION]]
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -15,13 +15,13 @@ import { parseArgs } from "node:util";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 
 import { CoorddClient, DEFAULT_ADDR, type ClientOptions } from "../client.js";
-import { serveHTTP } from "./http.js";
+import { parseOrigins, serveHTTP } from "./http.js";
 import { newServer } from "./tools.js";
 import { DEFAULT_MDN_BASE, MDN } from "./mdn.js";
 
 const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DURATION] [--coordd-token TOKEN]
               [--coordd-tls] [--coordd-tls-ca FILE] [--coordd-tls-cert FILE --coordd-tls-key FILE]
-              [--http ADDR [--drain-delay DURATION] [--shutdown-grace DURATION]]
+              [--http ADDR [--allowed-origins ORIGINS] [--drain-delay DURATION] [--shutdown-grace DURATION]]
 
   --coordd ADDR            coordd's gRPC address (default ${DEFAULT_ADDR})
   --mdn-base URL           MDN's base URL; coordd must have it as an upstream (default ${DEFAULT_MDN_BASE})
@@ -36,6 +36,9 @@ const USAGE = `usage: server [--coordd HOST:PORT] [--mdn-base URL] [--timeout DU
   --http ADDR              serve MCP Streamable HTTP at http://ADDR/mcp (host:port, or :port for
                            every interface) instead of stdio, stateless; MCP clients must send
                            $MDN_MCP_TOKEN as a bearer token if it is set
+  --allowed-origins ORIGINS  with --http: comma-separated origins (scheme://host[:port]) of browser
+                           front-ends admitted at /mcp; a request with any other Origin header
+                           gets 403 (default $MDN_MCP_ALLOWED_ORIGINS, else none)
   --drain-delay DURATION   with --http: how long /healthz answers 503 after SIGTERM before the
                            listener closes, for the balancer to notice (default 0s)
   --shutdown-grace DURATION  with --http: how long requests in flight may run once the listener
@@ -93,6 +96,7 @@ async function main(): Promise<void> {
         "coordd-tls-cert": { type: "string" },
         "coordd-tls-key": { type: "string" },
         http: { type: "string" },
+        "allowed-origins": { type: "string", default: process.env["MDN_MCP_ALLOWED_ORIGINS"] ?? "" },
         "drain-delay": { type: "string", default: "0s" },
         "shutdown-grace": { type: "string", default: "10s" },
         help: { type: "boolean", short: "h" },
@@ -117,6 +121,13 @@ async function main(): Promise<void> {
   const graceMs = parseDuration(values["shutdown-grace"]);
   if (!(drainDelayMs >= 0) || !(graceMs > 0)) {
     process.stderr.write(`--drain-delay ${values["drain-delay"]}, --shutdown-grace ${values["shutdown-grace"]}: want >= 0 and > 0\n`);
+    process.exit(2);
+  }
+  let allowedOrigins: Set<string>;
+  try {
+    allowedOrigins = parseOrigins(values["allowed-origins"]);
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
     process.exit(2);
   }
   let listen: { host: string | undefined; port: number } | undefined;
@@ -154,7 +165,7 @@ async function main(): Promise<void> {
     let http;
     try {
       http = await serveHTTP(
-        { host: listen.host ?? "", port: listen.port, token: process.env["MDN_MCP_TOKEN"] || undefined, drainDelayMs, graceMs, log },
+        { host: listen.host ?? "", port: listen.port, token: process.env["MDN_MCP_TOKEN"] || undefined, allowedOrigins, drainDelayMs, graceMs, log },
         () => newServer(mdn),
       );
     } catch (err) {
