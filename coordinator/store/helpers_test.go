@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/coordinator/internal/observe"
 	"github.com/coordd/coordd/internal/redistest"
 )
 
@@ -23,9 +24,10 @@ const waitTimeout = 15 * time.Second
 // recorder is a Metrics that counts what the store reports, and lets a
 // test wait for a count.
 type recorder struct {
-	mu      sync.Mutex // protects counts and changed
-	counts  map[string]int
-	changed chan struct{} // closed, and replaced, on every count
+	observe.Nop            // the events the store does not send
+	mu          sync.Mutex // protects counts and changed
+	counts      map[string]int
+	changed     chan struct{} // closed, and replaced, on every count
 }
 
 func newRecorder() *recorder {
