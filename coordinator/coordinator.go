@@ -44,9 +44,8 @@ type Coordinator struct {
 	wg     sync.WaitGroup // flights and background goroutines
 	closed atomic.Bool
 
-	coolMu  sync.Mutex           // protects cooling
-	cooling map[string]time.Time // id → end of its refresh cooldown
-	genTTL  time.Duration        // lifetime of a generation key: longer than any fill
+	cooling cooldowns     // ids whose refresh failed lately (cooldown.go)
+	genTTL  time.Duration // lifetime of a generation key: longer than any fill
 
 	ownTransport *http.Transport // the transport New made, closed by Close
 	stats        statusCounters  // for Status (status.go)
@@ -99,7 +98,6 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		m:       orNop(opt.Metrics),
 		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
-		cooling: make(map[string]time.Time),
 		genTTL:  life + cfg.LockTTL + time.Hour,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -723,37 +721,6 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 		return false, nil
 	}
 	return c.store.Invalidate(ctx, t.id, c.genTTL)
-}
-
-// coolDown stops stale hits from starting background refreshes of id for
-// Config.RefreshCooldown after a refresh failed: the stale copy is served
-// meanwhile, and the upstream is not asked again on every hit.
-func (c *Coordinator) coolDown(id string) {
-	if c.cfg.RefreshCooldown <= 0 {
-		return
-	}
-	now := c.cfg.Now()
-	c.coolMu.Lock()
-	defer c.coolMu.Unlock()
-	if len(c.cooling) >= 4096 {
-		for k, until := range c.cooling {
-			if !now.Before(until) {
-				delete(c.cooling, k)
-			}
-		}
-	}
-	c.cooling[id] = now.Add(c.cfg.RefreshCooldown)
-}
-
-func (c *Coordinator) coolingDown(id string, now time.Time) bool {
-	c.coolMu.Lock()
-	defer c.coolMu.Unlock()
-	until, ok := c.cooling[id]
-	if ok && !now.Before(until) {
-		delete(c.cooling, id)
-		return false
-	}
-	return ok
 }
 
 // freshness is what up's configuration says of its documents' lifetimes.
