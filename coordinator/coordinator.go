@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -308,7 +309,7 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 }
 
 // run executes f to completion. A panic in the fill is turned into an
-// error for every caller instead of a hang.
+// error for every caller instead of a hang, and logged with its stack.
 func (c *Coordinator) run(f *flight) {
 	defer c.wg.Done()
 	var (
@@ -319,7 +320,8 @@ func (c *Coordinator) run(f *flight) {
 	defer func() {
 		if !finished {
 			err = fmt.Errorf("%w: internal error: %v", ErrUnavailable, recover())
-			f.log.Error("flight panicked", "err", err)
+			// Still on the panicking goroutine's stack: it names the bug.
+			f.log.Error("flight panicked", "err", err, "stack", string(debug.Stack()))
 		}
 		c.leave(f)
 		// A no-op when lead answered this instance's callers before

@@ -15,7 +15,7 @@
 //  3. join makes the call a caller of this instance's flight of the key,
 //     starting one if none runs: one fill per key per instance (flight.go).
 //  4. run runs the flight's fill in a goroutine of its own; a panic
-//     becomes an error for every caller (coordinator.go).
+//     becomes an error for every caller, logged with its stack (coordinator.go).
 //  5. fill reads L2 and the key's generation in one round trip
 //     (store.Redis.GetDoc); a fresh copy there answers the flight.
 //  6. fill registers for the key's completion events, then asks for the
