@@ -75,7 +75,9 @@ type Redis struct {
 	onChange  func(up bool)
 	resultTTL time.Duration  // of an uncacheable answer's result key
 	inlineMax int            // largest encoded document carried in a done event
-	wg        sync.WaitGroup // the hub and the health watcher
+	wg        sync.WaitGroup // the hub, the health watcher and the lease watchdogs
+	watchdogs sync.Mutex     // protects waited: a watchdog starts (wg.Go) before Wait, or never
+	waited    bool           // Wait was called
 
 	up      atomic.Bool
 	downs   atomic.Int64 // up-to-down transitions, for the status page
@@ -398,8 +400,14 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 }
 
 // Wait waits, once the context Start was given has ended, for the store's
-// goroutines to stop.
-func (r *Redis) Wait() { r.wg.Wait() }
+// goroutines to stop: the hub, the health watcher and every lease's
+// watchdog.
+func (r *Redis) Wait() {
+	r.watchdogs.Lock()
+	r.waited = true // so that wg.Go never races wg.Wait
+	r.watchdogs.Unlock()
+	r.wg.Wait()
+}
 
 type nopMetrics struct{}
 
