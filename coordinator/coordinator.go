@@ -56,8 +56,14 @@ type Coordinator struct {
 type Options struct {
 	// Redis is the shared L2, lock and notification store: a *redis.Client,
 	// *redis.ClusterClient (sharded pub/sub), or a failover client
-	// (Sentinel). Nil: single-node mode.
+	// (Sentinel; then set Sentinel too). Nil: single-node mode.
 	Redis redis.UniversalClient
+	// Sentinel says that Redis is a failover client
+	// (redis.NewFailoverClient), finding its master through Redis
+	// Sentinel: Status names the mode "sentinel". go-redis returns a
+	// failover client as a plain *redis.Client and offers no way to tell
+	// them apart, so the caller that built it says.
+	Sentinel bool
 	// Transport performs upstream HTTP requests. Default: a clone of
 	// http.DefaultTransport.
 	Transport http.RoundTripper
@@ -120,6 +126,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 			Logger:         cfg.Logger.With("component", "redis"),
 			Metrics:        c.m,
 			OnHealth:       opt.OnRedisHealth,
+			Sentinel:       opt.Sentinel,
 			OnInvalidate:   c.dropLocal,
 			OnDrop:         c.l1.Delete,
 		})

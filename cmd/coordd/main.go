@@ -307,7 +307,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	defer tr.shutdown()                        // after c.Close: flushes the flights' spans
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Sentinel: fc.RedisSentinel != nil, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}

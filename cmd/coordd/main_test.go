@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/statuspage"
 )
 
 func TestReadConfig(t *testing.T) {
@@ -209,13 +212,14 @@ func TestRedisClusterConfig(t *testing.T) {
 }
 
 // TestRedisSentinelConfig runs coordd on a Sentinel-managed master from
-// its YAML: the document lands in the master the sentinels name.
+// its YAML: the document lands in the master the sentinels name, and the
+// status page names the mode "sentinel".
 func TestRedisSentinelConfig(t *testing.T) {
 	s := redistest.StartSentinel(t, 0, 1)
 	up := fakeupstream.New(t)
-	addr := freeAddr(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
 	path := t.TempDir() + "/coordd.yaml"
-	yaml := "listen: " + addr + "\nredis_sentinel:\n  master_name: " + s.MasterName() +
+	yaml := "listen: " + addr + "\nmetrics_listen: " + maddr + "\nredis_sentinel:\n  master_name: " + s.MasterName() +
 		"\n  addrs: [\"" + strings.Join(s.Addrs(), "\", \"") + "\"]\ndrain_delay: 1ms\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -264,5 +268,17 @@ func TestRedisSentinelConfig(t *testing.T) {
 	n, err := s.Master(t).Client(t).Exists(context.Background(), "coordd:{"+up.URL()+"/doc}:doc").Result()
 	if err != nil || n != 1 {
 		t.Fatalf("document not in the master: %d, %v", n, err)
+	}
+	resp, err := http.Get("http://" + maddr + statuspage.JSONPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v statuspage.View
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("status.json: %d: %v", resp.StatusCode, err)
+	}
+	if v.Redis.Mode != "sentinel" {
+		t.Fatalf("status.json redis = %+v; want mode sentinel", v.Redis)
 	}
 }

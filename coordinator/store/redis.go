@@ -75,6 +75,7 @@ type Redis struct {
 	onChange  func(up bool)
 	resultTTL time.Duration  // of an uncacheable answer's result key
 	inlineMax int            // largest encoded document carried in a done event
+	sentinel  bool           // rdb is a failover client (Config.Sentinel)
 	wg        sync.WaitGroup // the hub, the health watcher and the lease watchdogs
 	watchdogs sync.Mutex     // protects waited: a watchdog starts (wg.Go) before Wait, or never
 	waited    bool           // Wait was called
@@ -343,6 +344,12 @@ type Config struct {
 	InlineMaxBytes int
 	Logger         *slog.Logger
 	Metrics        Metrics // nil: none
+	// Sentinel says that rdb is a failover client (redis.NewFailoverClient),
+	// which Mode then names "sentinel". go-redis returns one as a plain
+	// *redis.Client, with nothing public to tell it apart (but a
+	// placeholder address, which a real host may bear): whoever built it
+	// says so.
+	Sentinel bool
 	// OnHealth, when set, is called whenever Redis is found down (false)
 	// or back (true).
 	OnHealth func(up bool)
@@ -370,6 +377,7 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 		onChange:  cfg.OnHealth,
 		resultTTL: cfg.ResultTTL,
 		inlineMax: cfg.InlineMaxBytes,
+		sentinel:  cfg.Sentinel,
 		suspect:   make(chan error, 1),
 		ctx:       ctx,
 	}
