@@ -288,6 +288,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
+	if o.checkConfig {
+		return checkConfig(fc, cfg, stderr)
+	}
 	ms, err := listenMetrics(fc)
 	if err != nil {
 		return err
@@ -297,9 +300,6 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	rdb, err := redisClient(fc)
 	if err != nil {
 		return err
-	}
-	if o.checkConfig {
-		return checkCoordinatorConfig(cfg, rdb, stderr)
 	}
 	tr, err := startTracing(ctx, traceSettings, log)
 	if err != nil {
@@ -378,9 +378,17 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	return err
 }
 
-// checkCoordinatorConfig validates cfg as coordinator.New does, without
-// Redis, so that nothing connects, and reports the result.
-func checkCoordinatorConfig(cfg coordinator.Config, rdb redis.UniversalClient, stderr *os.File) error {
+// checkConfig checks what run has not yet (the metrics settings, the
+// Redis client's, and cfg as coordinator.New does, without Redis) and
+// reports the result. It binds no address and connects to nothing.
+func checkConfig(fc fileConfig, cfg coordinator.Config, stderr *os.File) error {
+	if _, err := checkMetrics(fc); err != nil {
+		return err
+	}
+	rdb, err := redisClient(fc)
+	if err != nil {
+		return err
+	}
 	if rdb != nil {
 		_ = rdb.Close() // never used: go-redis connects lazily
 	}

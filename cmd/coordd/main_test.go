@@ -282,3 +282,46 @@ func TestRedisSentinelConfig(t *testing.T) {
 		t.Fatalf("status.json redis = %+v; want mode sentinel", v.Redis)
 	}
 }
+
+// TestCheckConfigBindsAndConnectsNothing: --check-config succeeds while
+// every address coordd would listen on is taken, and connects to none of
+// the Redis servers it names.
+func TestCheckConfigBindsAndConnectsNothing(t *testing.T) {
+	taken := func() net.Listener {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+		return lis
+	}
+	grpcLis, metricsLis, httpLis, redisLis := taken(), taken(), taken(), taken()
+	for _, tt := range []struct {
+		name string
+		yaml string
+	}{
+		{"redis", "redis: redis://" + redisLis.Addr().String() + "/0\n"},
+		{"redis cluster", "redis_cluster: [\"" + redisLis.Addr().String() + "\"]\n"},
+		{"redis sentinel", "redis_sentinel:\n  master_name: m\n  addrs: [\"" + redisLis.Addr().String() + "\"]\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := t.TempDir() + "/coordd.yaml"
+			yaml := "listen: " + grpcLis.Addr().String() + "\nmetrics_listen: " + metricsLis.Addr().String() +
+				"\nhttp_listen: " + httpLis.Addr().String() + "\n" + tt.yaml
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := run(context.Background(), []string{"--config", path, "--check-config"}, os.Stderr); err != nil {
+				t.Fatalf("--check-config with its addresses taken: %v; want it to bind nothing", err)
+			}
+		})
+	}
+	// Whatever dialed Redis during the runs waits in the backlog now.
+	if err := redisLis.(*net.TCPListener).SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := redisLis.Accept(); err == nil {
+		c.Close()
+		t.Fatal("--check-config connected to Redis")
+	}
+}
