@@ -37,9 +37,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signalContext()
+	ctx, hurry, stop := signalContext()
 	defer stop()
-	code := exitCode("coordd", run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	code := exitCode("coordd", runHurried(ctx, hurry, os.Args[1:], os.Stderr), os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -48,24 +48,34 @@ func main() {
 // SIGINT (Ctrl-C): someone at a terminal, not a balancer to wait for.
 var errInterrupted = errors.New("interrupted")
 
-// signalContext ends at the first SIGINT or SIGTERM, which start the
-// drain; SIGINT with errInterrupted as its cause. A second signal kills.
-func signalContext() (context.Context, context.CancelFunc) {
+// signalContext returns ctx, which ends at the first SIGINT or SIGTERM and
+// starts the drain (SIGINT with errInterrupted as its cause), and hurry,
+// which ends at the second and makes the drain stop at once, cutting the
+// calls in flight but still releasing the fill locks. A third signal
+// kills.
+func signalContext() (ctx, hurry context.Context, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 1)
+	hurry, cancelHurry := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
+		defer signal.Stop(ch)
 		select {
 		case s := <-ch:
-			signal.Stop(ch)
 			if s == os.Interrupt {
 				cancel(errInterrupted)
 			}
 			cancel(context.Canceled)
 		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-ch:
+			cancelHurry()
+		case <-hurry.Done():
 		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel(context.Canceled) }
+	return ctx, hurry, func() { cancelHurry(); cancel(context.Canceled) }
 }
 
 type stringList []string
@@ -254,8 +264,15 @@ Flags:
 	return o, nil
 }
 
-// run parses args, serves until ctx ends, then drains.
+// run parses args, serves until ctx ends, then drains, taking the whole
+// drain delay and shutdown grace.
 func run(ctx context.Context, args []string, stderr *os.File) error {
+	return runHurried(ctx, context.Background(), args, stderr)
+}
+
+// runHurried is run whose drain stops at once when hurry ends: the rest
+// of the delay is skipped and the calls in flight are cut.
+func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) error {
 	o, err := parseArgs(args, stderr)
 	if err != nil {
 		return err
@@ -354,7 +371,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	eg.Go(func() error {
 		<-ctx.Done()
-		g.Drain(delayFor(), fc.ShutdownGrace)
+		g.Drain(hurry, delayFor(), fc.ShutdownGrace)
 		return nil
 	})
 	if door != nil {
@@ -362,7 +379,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		eg.Go(door.serve)
 		eg.Go(func() error {
 			<-ctx.Done()
-			door.drain(delayFor(), fc.ShutdownGrace)
+			door.drain(hurry, delayFor(), fc.ShutdownGrace)
 			return nil
 		})
 	}
