@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +46,8 @@ type Coordinator struct {
 	wg     sync.WaitGroup // flights and background goroutines
 	closed atomic.Bool
 
-	coolMu  sync.Mutex           // protects cooling
-	cooling map[string]time.Time // id → end of its refresh cooldown
-	genTTL  time.Duration        // lifetime of a generation key: longer than any fill
+	cooling cooldowns     // ids whose refresh failed lately (cooldown.go)
+	genTTL  time.Duration // lifetime of a generation key: longer than any fill
 
 	ownTransport *http.Transport // the transport New made, closed by Close
 	stats        statusCounters  // for Status (status.go)
@@ -57,8 +57,14 @@ type Coordinator struct {
 type Options struct {
 	// Redis is the shared L2, lock and notification store: a *redis.Client,
 	// *redis.ClusterClient (sharded pub/sub), or a failover client
-	// (Sentinel). Nil: single-node mode.
+	// (Sentinel; then set Sentinel too). Nil: single-node mode.
 	Redis redis.UniversalClient
+	// Sentinel says that Redis is a failover client
+	// (redis.NewFailoverClient), finding its master through Redis
+	// Sentinel: Status names the mode "sentinel". go-redis returns a
+	// failover client as a plain *redis.Client and offers no way to tell
+	// them apart, so the caller that built it says.
+	Sentinel bool
 	// Transport performs upstream HTTP requests. Default: a clone of
 	// http.DefaultTransport.
 	Transport http.RoundTripper
@@ -100,7 +106,6 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		m:       observe.OrNop(opt.Metrics),
 		tr:      newTracer(opt.TracerProvider),
 		flights: make(map[string]*flight),
-		cooling: make(map[string]time.Time),
 		genTTL:  life + cfg.LockTTL + time.Hour,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -123,6 +128,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 			Logger:         cfg.Logger.With("component", "redis"),
 			Metrics:        c.m,
 			OnHealth:       opt.OnRedisHealth,
+			Sentinel:       opt.Sentinel,
 			OnInvalidate:   c.dropLocal,
 			OnDrop:         c.l1.Delete,
 		})}
@@ -309,7 +315,8 @@ func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Documen
 // run executes f to completion, and is the one place where a flight
 // finishes: its callers are answered, then the document lands for the
 // other instances when fill left that for after. A panic in the fill is
-// turned into an error for every caller instead of a hang.
+// turned into an error for every caller instead of a hang, and logged
+// with its stack.
 func (c *Coordinator) run(f *flight) {
 	defer c.wg.Done()
 	var (
@@ -317,22 +324,23 @@ func (c *Coordinator) run(f *flight) {
 		err  error
 		land func()
 	)
-	if perr := recovered(func() { res, err, land = c.fill(f) }); perr != nil {
+	if perr, stack := recovered(func() { res, err, land = c.fill(f) }); perr != nil {
 		res, err, land = nil, fmt.Errorf("%w: internal error: %v", ErrUnavailable, perr), nil
-		f.log.Error("flight panicked", "err", err)
+		f.log.Error("flight panicked", "err", err, "stack", stack)
 	}
 	c.leave(f)
 	f.finish(res, err)
 	if land != nil {
-		if perr := recovered(land); perr != nil {
-			f.log.Error("landing panicked", "err", perr)
+		if perr, stack := recovered(land); perr != nil {
+			f.log.Error("landing panicked", "err", perr, "stack", stack)
 		}
 	}
 	f.tr.end(res, err)
 }
 
-// recovered runs fn and returns what it panicked with, or nil.
-func recovered(fn func()) (p any) {
+// recovered runs fn and returns what it panicked with, or nil, and the
+// panicking goroutine's stack, which names the bug.
+func recovered(fn func()) (p any, stack string) {
 	finished := false
 	defer func() {
 		if !finished {
@@ -340,11 +348,13 @@ func recovered(fn func()) (p any) {
 			if p == nil {
 				p = "panic(nil) or runtime.Goexit"
 			}
+			// Still on the panicking goroutine's stack.
+			stack = string(debug.Stack())
 		}
 	}()
 	fn()
 	finished = true
-	return nil
+	return nil, ""
 }
 
 // leave removes f from the flights, unless an Invalidate already did.
@@ -719,37 +729,6 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	}
 	c.dropLocal(t.id)
 	return c.co.invalidate(ctx, t.id, c.genTTL)
-}
-
-// coolDown stops stale hits from starting background refreshes of id for
-// Config.RefreshCooldown after a refresh failed: the stale copy is served
-// meanwhile, and the upstream is not asked again on every hit.
-func (c *Coordinator) coolDown(id string) {
-	if c.cfg.RefreshCooldown <= 0 {
-		return
-	}
-	now := c.cfg.Now()
-	c.coolMu.Lock()
-	defer c.coolMu.Unlock()
-	if len(c.cooling) >= 4096 {
-		for k, until := range c.cooling {
-			if !now.Before(until) {
-				delete(c.cooling, k)
-			}
-		}
-	}
-	c.cooling[id] = now.Add(c.cfg.RefreshCooldown)
-}
-
-func (c *Coordinator) coolingDown(id string, now time.Time) bool {
-	c.coolMu.Lock()
-	defer c.coolMu.Unlock()
-	until, ok := c.cooling[id]
-	if ok && !now.Before(until) {
-		delete(c.cooling, id)
-		return false
-	}
-	return ok
 }
 
 // freshness is what up's configuration says of its documents' lifetimes.

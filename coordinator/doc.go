@@ -17,8 +17,8 @@
 //  4. run runs the flight's fill in a goroutine of its own, and is the one
 //     place where a flight finishes: it answers the callers with what fill
 //     returns, then lands the document for the other instances when fill
-//     left that for after; a panic becomes an error for every caller
-//     (coordinator.go).
+//     left that for after; a panic becomes an error for every caller,
+//     logged with its stack (coordinator.go).
 //  5. fill reads L2 and the key's generation in one round trip
 //     (coordination.read); a fresh copy there answers the flight.
 //  6. fill claims the key's fill lock, watching its pushes first

@@ -23,6 +23,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/drain"
 	"github.com/coordd/coordd/internal/logctx"
 )
 
@@ -150,28 +151,43 @@ func (g *GRPC) SetRedisHealth(up bool) {
 // they need that long to see the status and stop routing here, and the
 // calls they still route meanwhile succeed instead of hitting a closed
 // port. Then it closes the listener and stops gracefully, letting in-flight
-// calls finish, and hard after grace. Drain returns once stopped; Redis
+// calls finish, and hard after grace. When hurry ends, the delay and the
+// grace end at once (drain.Drain). Drain returns once stopped; Redis
 // health changes during it are ignored.
-func (g *GRPC) Drain(delay, grace time.Duration) {
+func (g *GRPC) Drain(hurry context.Context, delay, grace time.Duration) {
 	g.Health.Shutdown()
 	g.log.Info("draining: health NOT_SERVING, still serving for the drain delay", "drain_delay", delay, "shutdown_grace", grace)
-	time.Sleep(delay)
-	g.log.Info("draining: delay over, stopping gracefully")
-	g.stopOnce.Do(func() { close(g.stopping) })
-	done := make(chan struct{})
+	_ = drain.Drain(hurry, &grpcStopper{g: g, grace: grace}, delay, grace) // grpcStopper logs the cut
+}
+
+// grpcStopper is g as a drain.Server.
+type grpcStopper struct {
+	g     *GRPC
+	grace time.Duration
+	done  chan struct{} // closed when GracefulStop returns
+}
+
+func (s *grpcStopper) Shutdown(ctx context.Context) error {
+	s.g.log.Info("draining: delay over, stopping gracefully")
+	s.g.stopOnce.Do(func() { close(s.g.stopping) })
+	s.done = make(chan struct{})
 	go func() {
-		g.GracefulStop()
-		close(done)
+		s.g.GracefulStop()
+		close(s.done)
 	}()
-	t := time.NewTimer(grace)
-	defer t.Stop()
 	select {
-	case <-done:
-	case <-t.C:
-		g.log.Warn("draining: grace over, cutting the calls still in flight", "shutdown_grace", grace)
-		g.Stop()
-		<-done
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
+}
+
+func (s *grpcStopper) Close() error {
+	s.g.log.Warn("draining: grace over, cutting the calls still in flight", "shutdown_grace", s.grace)
+	s.g.Stop()
+	<-s.done
+	return nil
 }
 
 // watchEnder is the health service, whose Watch streams end when Drain's

@@ -258,3 +258,30 @@ func TestSIGINTSkipsDrainDelay(t *testing.T) {
 		t.Fatal("coordd still running a minute after SIGINT: it waited out the drain delay")
 	}
 }
+
+// TestSecondSIGTERMEndsDrainDelay: a second SIGTERM during the drain
+// delay (here an hour) ends it: coordd stops at once, cleanly (its locks
+// released, exit status 0), instead of waiting the delay out or dying.
+func TestSecondSIGTERMEndsDrainDelay(t *testing.T) {
+	serving, draining := make(chan struct{}), make(chan struct{})
+	child, exited := startChild(t, map[string]chan struct{}{"coordd serving": serving, "draining: health NOT_SERVING": draining},
+		"--listen", freeAddr(t), "--drain-delay", "1h")
+	for _, mark := range []chan struct{}{serving, draining} {
+		select {
+		case <-mark:
+		case err := <-exited:
+			t.Fatalf("coordd exited: %v", err)
+		}
+		if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("coordd after a second SIGTERM: %v; want a clean exit", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("coordd still running a minute after a second SIGTERM: it waited out the drain delay")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/coordd/coordd/internal/drain"
 	"github.com/coordd/coordd/server"
 )
 
@@ -46,12 +47,8 @@ func (d *httpDoor) serve() error {
 
 // drain goes on serving for delay, as the gRPC server does while health
 // says NOT_SERVING, then closes the listener and lets calls in progress
-// finish within grace before it cuts them.
-func (d *httpDoor) drain(delay, grace time.Duration) {
-	time.Sleep(delay)
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := d.srv.Shutdown(ctx); err != nil {
-		_ = d.srv.Close()
-	}
+// finish within grace before it cuts them; when hurry ends, at once
+// (drain.Drain).
+func (d *httpDoor) drain(hurry context.Context, delay, grace time.Duration) {
+	_ = drain.Drain(hurry, d.srv, delay, grace)
 }

@@ -29,9 +29,9 @@ const childArgsEnv = "COORDD_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgsEnv); args != "" {
-		ctx, stop := signalContext() // as main: SIGTERM drains
+		ctx, hurry, stop := signalContext() // as main: SIGTERM drains, a second hurries
 		defer stop()
-		if err := run(ctx, strings.Split(args, "\x1f"), os.Stderr); err != nil {
+		if err := runHurried(ctx, hurry, strings.Split(args, "\x1f"), os.Stderr); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}

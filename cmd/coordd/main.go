@@ -37,9 +37,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signalContext()
+	ctx, hurry, stop := signalContext()
 	defer stop()
-	code := exitCode("coordd", run(ctx, os.Args[1:], os.Stderr), os.Stderr)
+	code := exitCode("coordd", runHurried(ctx, hurry, os.Args[1:], os.Stderr), os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -48,24 +48,34 @@ func main() {
 // SIGINT (Ctrl-C): someone at a terminal, not a balancer to wait for.
 var errInterrupted = errors.New("interrupted")
 
-// signalContext ends at the first SIGINT or SIGTERM, which start the
-// drain; SIGINT with errInterrupted as its cause. A second signal kills.
-func signalContext() (context.Context, context.CancelFunc) {
+// signalContext returns ctx, which ends at the first SIGINT or SIGTERM and
+// starts the drain (SIGINT with errInterrupted as its cause), and hurry,
+// which ends at the second and makes the drain stop at once, cutting the
+// calls in flight but still releasing the fill locks. A third signal
+// kills.
+func signalContext() (ctx, hurry context.Context, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 1)
+	hurry, cancelHurry := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
+		defer signal.Stop(ch)
 		select {
 		case s := <-ch:
-			signal.Stop(ch)
 			if s == os.Interrupt {
 				cancel(errInterrupted)
 			}
 			cancel(context.Canceled)
 		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-ch:
+			cancelHurry()
+		case <-hurry.Done():
 		}
 	}()
-	return ctx, func() { signal.Stop(ch); cancel(context.Canceled) }
+	return ctx, hurry, func() { cancelHurry(); cancel(context.Canceled) }
 }
 
 type stringList []string
@@ -254,8 +264,15 @@ Flags:
 	return o, nil
 }
 
-// run parses args, serves until ctx ends, then drains.
+// run parses args, serves until ctx ends, then drains, taking the whole
+// drain delay and shutdown grace.
 func run(ctx context.Context, args []string, stderr *os.File) error {
+	return runHurried(ctx, context.Background(), args, stderr)
+}
+
+// runHurried is run whose drain stops at once when hurry ends: the rest
+// of the delay is skipped and the calls in flight are cut.
+func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) error {
 	o, err := parseArgs(args, stderr)
 	if err != nil {
 		return err
@@ -288,6 +305,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
+	if o.checkConfig {
+		return checkConfig(fc, cfg, stderr)
+	}
 	ms, err := listenMetrics(fc)
 	if err != nil {
 		return err
@@ -298,16 +318,13 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	if o.checkConfig {
-		return checkCoordinatorConfig(cfg, rdb, stderr)
-	}
 	tr, err := startTracing(ctx, traceSettings, log)
 	if err != nil {
 		return err
 	}
 	defer tr.shutdown()                        // after c.Close: flushes the flights' spans
 	var grpcServer atomic.Pointer[server.GRPC] // set once serving; Redis health may change before
-	opts := coordinator.Options{Redis: rdb, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
+	opts := coordinator.Options{Redis: rdb, Sentinel: fc.RedisSentinel != nil, Metrics: ms.coordinatorMetrics(), TracerProvider: tr.provider(), OnRedisHealth: func(up bool) {
 		if g := grpcServer.Load(); g != nil {
 			g.SetRedisHealth(up)
 		}
@@ -354,7 +371,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	eg.Go(func() error {
 		<-ctx.Done()
-		g.Drain(delayFor(), fc.ShutdownGrace)
+		g.Drain(hurry, delayFor(), fc.ShutdownGrace)
 		return nil
 	})
 	if door != nil {
@@ -362,7 +379,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		eg.Go(door.serve)
 		eg.Go(func() error {
 			<-ctx.Done()
-			door.drain(delayFor(), fc.ShutdownGrace)
+			door.drain(hurry, delayFor(), fc.ShutdownGrace)
 			return nil
 		})
 	}
@@ -378,9 +395,17 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	return err
 }
 
-// checkCoordinatorConfig validates cfg as coordinator.New does, without
-// Redis, so that nothing connects, and reports the result.
-func checkCoordinatorConfig(cfg coordinator.Config, rdb redis.UniversalClient, stderr *os.File) error {
+// checkConfig checks what run has not yet (the metrics settings, the
+// Redis client's, and cfg as coordinator.New does, without Redis) and
+// reports the result. It binds no address and connects to nothing.
+func checkConfig(fc fileConfig, cfg coordinator.Config, stderr *os.File) error {
+	if _, err := checkMetrics(fc); err != nil {
+		return err
+	}
+	rdb, err := redisClient(fc)
+	if err != nil {
+		return err
+	}
 	if rdb != nil {
 		_ = rdb.Close() // never used: go-redis connects lazily
 	}

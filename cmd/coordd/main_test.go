@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/storetest"
 )
 
@@ -220,13 +223,14 @@ func TestRedisClusterConfig(t *testing.T) {
 }
 
 // TestRedisSentinelConfig runs coordd on a Sentinel-managed master from
-// its YAML: the document lands in the master the sentinels name.
+// its YAML: the document lands in the master the sentinels name, and the
+// status page names the mode "sentinel".
 func TestRedisSentinelConfig(t *testing.T) {
 	s := redistest.StartSentinel(t, 0, 1)
 	up := fakeupstream.New(t)
-	addr := freeAddr(t)
+	addr, maddr := freeAddr(t), freeAddr(t)
 	path := t.TempDir() + "/coordd.yaml"
-	yaml := "listen: " + addr + "\nredis_sentinel:\n  master_name: " + s.MasterName() +
+	yaml := "listen: " + addr + "\nmetrics_listen: " + maddr + "\nredis_sentinel:\n  master_name: " + s.MasterName() +
 		"\n  addrs: [\"" + strings.Join(s.Addrs(), "\", \"") + "\"]\ndrain_delay: 1ms\nupstreams:\n  - name: fake\n    base_url: " + up.URL() + "\n"
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -275,5 +279,60 @@ func TestRedisSentinelConfig(t *testing.T) {
 	stored, err := storetest.New(s.Master(t).Client(t), "").DocStored(context.Background(), up.URL()+"/doc")
 	if err != nil || !stored {
 		t.Fatalf("document not in the master: %v, %v", stored, err)
+	}
+	resp, err := http.Get("http://" + maddr + statuspage.JSONPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v statuspage.View
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("status.json: %d: %v", resp.StatusCode, err)
+	}
+	if v.Redis.Mode != "sentinel" {
+		t.Fatalf("status.json redis = %+v; want mode sentinel", v.Redis)
+	}
+}
+
+// TestCheckConfigBindsAndConnectsNothing: --check-config succeeds while
+// every address coordd would listen on is taken, and connects to none of
+// the Redis servers it names.
+func TestCheckConfigBindsAndConnectsNothing(t *testing.T) {
+	taken := func() net.Listener {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lis.Close() })
+		return lis
+	}
+	grpcLis, metricsLis, httpLis, redisLis := taken(), taken(), taken(), taken()
+	for _, tt := range []struct {
+		name string
+		yaml string
+	}{
+		{"redis", "redis: redis://" + redisLis.Addr().String() + "/0\n"},
+		{"redis cluster", "redis_cluster: [\"" + redisLis.Addr().String() + "\"]\n"},
+		{"redis sentinel", "redis_sentinel:\n  master_name: m\n  addrs: [\"" + redisLis.Addr().String() + "\"]\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := t.TempDir() + "/coordd.yaml"
+			yaml := "listen: " + grpcLis.Addr().String() + "\nmetrics_listen: " + metricsLis.Addr().String() +
+				"\nhttp_listen: " + httpLis.Addr().String() + "\n" + tt.yaml
+			if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := run(context.Background(), []string{"--config", path, "--check-config"}, os.Stderr); err != nil {
+				t.Fatalf("--check-config with its addresses taken: %v; want it to bind nothing", err)
+			}
+		})
+	}
+	// Whatever dialed Redis during the runs waits in the backlog now.
+	if err := redisLis.(*net.TCPListener).SetDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := redisLis.Accept(); err == nil {
+		c.Close()
+		t.Fatal("--check-config connected to Redis")
 	}
 }

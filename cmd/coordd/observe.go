@@ -53,19 +53,26 @@ type metricsServer struct {
 	pprof  bool
 }
 
-// listenMetrics listens on fc's metrics_listen; nil when it is empty.
-// Listening before anything else starts makes a bad address fail coordd
-// at once; the tokens are read before that.
-func listenMetrics(fc fileConfig) (*metricsServer, error) {
+// checkMetrics checks fc's metrics settings, binding nothing, and returns
+// the tokens the metrics listener wants.
+func checkMetrics(fc fileConfig) ([]string, error) {
 	tokens, err := fc.metricsTokens()
 	if err != nil {
 		return nil, err
 	}
-	if fc.MetricsListen == "" {
-		if fc.Pprof {
-			return nil, errors.New("config: pprof: needs metrics_listen (--metrics-listen), where /debug/pprof/ is served")
-		}
-		return nil, nil
+	if fc.MetricsListen == "" && fc.Pprof {
+		return nil, errors.New("config: pprof: needs metrics_listen (--metrics-listen), where /debug/pprof/ is served")
+	}
+	return tokens, nil
+}
+
+// listenMetrics listens on fc's metrics_listen; nil when it is empty.
+// Listening before anything else starts makes a bad address fail coordd
+// at once; the settings are checked before that (checkMetrics).
+func listenMetrics(fc fileConfig) (*metricsServer, error) {
+	tokens, err := checkMetrics(fc)
+	if err != nil || fc.MetricsListen == "" {
+		return nil, err
 	}
 	lis, err := net.Listen("tcp", fc.MetricsListen)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/coordd/coordd/internal/drain"
 )
 
 // httpConfig configures serveHTTP.
@@ -79,7 +81,15 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 		log.Info("draining: no longer accepting; finishing requests in flight", "grace", cfg.grace)
 	})
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
+	failed, fail := context.WithCancel(context.Background()) // Serve failed: nothing left to drain
+	defer fail()
+	go func() {
+		err := srv.Serve(lis)
+		if !errors.Is(err, http.ErrServerClosed) { // not Shutdown's doing
+			fail()
+		}
+		served <- err
+	}()
 	log.Info("serving MCP Streamable HTTP", "url", "http://"+lis.Addr().String()+mcpPath, "auth", cfg.token != "")
 	if ready != nil {
 		ready(lis.Addr().String())
@@ -92,20 +102,11 @@ func serveHTTP(ctx context.Context, cfg httpConfig, s *mcp.Server, log *slog.Log
 	}
 	draining.Store(true)
 	log.Info("draining: /healthz answers 503", "drain_delay", cfg.drainDelay)
-	if cfg.drainDelay > 0 {
-		t := time.NewTimer(cfg.drainDelay)
-		select {
-		case <-t.C:
-		case err := <-served:
-			t.Stop()
-			return err
+	if err := drain.Drain(failed, srv, cfg.drainDelay, cfg.grace); err != nil {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return err // Serve failed, during the delay or the grace
 		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.grace)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-		return fmt.Errorf("requests still in flight after the %v grace were cut: %w", cfg.grace, err)
+		return err
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -105,9 +105,10 @@ func (r *Redis) runOnce(ctx context.Context, s *redis.Script, tagged string, key
 // Lease is a fill lock this instance holds, or may hold: when the reply
 // to the lock request was lost, the lease is kept (uncertain) so that its
 // token can still land, release and publish for the followers that wait
-// on it. A watchdog extends it every ttl/3 until StopWatchdog; Land or
-// HandOff then deletes the lock. The engine's in-process coordination
-// (single-node mode, Redis down) has no Lease.
+// on it. A watchdog extends it every ttl/3 until StopWatchdog or the
+// store's context ends, and the store's Wait waits for it; Land or HandOff
+// then deletes the lock. The engine's in-process coordination (single-node
+// mode, Redis down) has no Lease.
 type Lease struct {
 	r     *Redis
 	id    string
@@ -169,7 +170,13 @@ func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *L
 	} else {
 		r.m.Lock("acquired")
 	}
-	go l.watchdog()
+	r.watchdogs.Lock()
+	if r.waited || r.ctx.Err() != nil {
+		close(l.done) // the store has stopped: no watchdog starts after Wait
+	} else {
+		r.wg.Go(l.watchdog)
+	}
+	r.watchdogs.Unlock()
 	return l, Holder{}, err
 }
 

@@ -65,7 +65,10 @@ type Redis struct {
 	onChange  func(up bool)
 	resultTTL time.Duration  // of an uncacheable answer's result key
 	inlineMax int            // largest encoded document carried in a done event
-	wg        sync.WaitGroup // the hub and the health watcher
+	sentinel  bool           // rdb is a failover client (Config.Sentinel)
+	wg        sync.WaitGroup // the hub, the health watcher and the lease watchdogs
+	watchdogs sync.Mutex     // protects waited: a watchdog starts (wg.Go) before Wait, or never
+	waited    bool           // Wait was called
 
 	up      atomic.Bool
 	downs   atomic.Int64 // up-to-down transitions, for the status page
@@ -331,6 +334,12 @@ type Config struct {
 	InlineMaxBytes int
 	Logger         *slog.Logger
 	Metrics        Metrics // nil: none
+	// Sentinel says that rdb is a failover client (redis.NewFailoverClient),
+	// which Mode then names "sentinel". go-redis returns one as a plain
+	// *redis.Client, with nothing public to tell it apart (but a
+	// placeholder address, which a real host may bear): whoever built it
+	// says so.
+	Sentinel bool
 	// OnHealth, when set, is called whenever Redis is found down (false)
 	// or back (true).
 	OnHealth func(up bool)
@@ -358,6 +367,7 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 		onChange:  cfg.OnHealth,
 		resultTTL: cfg.ResultTTL,
 		inlineMax: cfg.InlineMaxBytes,
+		sentinel:  cfg.Sentinel,
 		suspect:   make(chan error, 1),
 		ctx:       ctx,
 	}
@@ -388,5 +398,11 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 }
 
 // Wait waits, once the context Start was given has ended, for the store's
-// goroutines to stop.
-func (r *Redis) Wait() { r.wg.Wait() }
+// goroutines to stop: the hub, the health watcher and every lease's
+// watchdog.
+func (r *Redis) Wait() {
+	r.watchdogs.Lock()
+	r.waited = true // so that wg.Go never races wg.Wait
+	r.watchdogs.Unlock()
+	r.wg.Wait()
+}

@@ -11,18 +11,15 @@ import (
 )
 
 // Mode names the kind of Redis deployment r talks to: "cluster" (Redis
-// Cluster), "sentinel" (a master found through Redis Sentinel) or "redis"
-// (one server, or a proxy in front of some).
+// Cluster), "sentinel" (a master found through Redis Sentinel, as
+// Config.Sentinel says) or "redis" (one server, or a proxy in front of
+// some).
 func (r *Redis) Mode() string {
-	switch c := r.rdb.(type) {
-	case *redis.ClusterClient:
+	if _, ok := r.rdb.(*redis.ClusterClient); ok {
 		return "cluster"
-	case *redis.Client:
-		// NewFailoverClient names its client's address so; go-redis offers
-		// no other way to tell a failover client from a plain one.
-		if c.Options().Addr == "FailoverClient" {
-			return "sentinel"
-		}
+	}
+	if r.sentinel {
+		return "sentinel"
 	}
 	return "redis"
 }

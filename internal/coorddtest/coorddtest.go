@@ -196,7 +196,7 @@ func (in *Instance) Stop() {
 			cancel()
 			in.http.Close()
 		}
-		in.GRPC.Drain(0, 2*time.Second)
+		in.GRPC.Drain(context.Background(), 0, 2*time.Second)
 		in.Coordinator.Close()
 		if in.rdb != nil {
 			in.rdb.Close()
