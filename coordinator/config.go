@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Upstream is one operator-configured documentation upstream (see

@@ -14,11 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/coordd/coordd/coordinator/document"
-	"github.com/coordd/coordd/coordinator/internal/observe"
-	"github.com/coordd/coordd/coordinator/l1"
-	"github.com/coordd/coordd/coordinator/store"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/l1"
+	"github.com/coordd/coordd/internal/observe"
+	"github.com/coordd/coordd/internal/store"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Coordinator fills a two-tier cache (L1 in memory, L2 in Redis) from

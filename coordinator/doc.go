@@ -67,10 +67,13 @@
 //	config.go       Config, its defaults and validation
 //	trace.go        OpenTelemetry spans of flights, locks, fetches and landings (Options.TracerProvider)
 //
-// and the packages it composes, each knowing nothing of flights:
+// and the packages it composes, each knowing nothing of flights, under
+// the module's internal/ (importable by this module only):
 //
-//	document  Document, its encoding, header checks, freshness (RFC 5861)
-//	l1        the in-memory tier (bigcache)
-//	store     everything in Redis: L2, fill locks, events, shared guards
-//	upstream  fetches and the guard that protects each upstream
+//	document   Document, its encoding, header checks, freshness (RFC 5861)
+//	l1         the in-memory tier (bigcache)
+//	store      everything in Redis: L2, fill locks, events, shared guards
+//	upstream   fetches and the guard that protects each upstream
+//	guardwire  the messages between an upstream's guard and the store
+//	observe    the Metrics interface and its no-op, and Stage
 package coordinator

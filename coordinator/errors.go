@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/coordd/coordd/coordinator/store"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/store"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Sentinel errors returned by the Coordinator. Errors carry detail through

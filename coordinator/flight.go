@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/internal/document"
 )
 
 // flight is the one fill of one key in this instance. Every concurrent

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/internal/observe"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/observe"
 )
 
 // Metrics observes a Coordinator, for monitoring (see

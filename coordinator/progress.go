@@ -3,8 +3,8 @@ package coordinator
 import (
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
-	"github.com/coordd/coordd/coordinator/internal/observe"
+	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/observe"
 )
 
 // Document is one cached upstream answer (see document.Document).

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
-	"github.com/coordd/coordd/coordinator/store"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/store"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // shared coordinates the flights of every instance through Redis. While

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Status is a read-only snapshot of a Coordinator, for a status page:

@@ -5,8 +5,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/coordd/coordd/coordinator/document"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Input limits, checked before any I/O.

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/coordd/coordd/coordinator/store"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/store"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // TracerName is the instrumentation scope of the engine's spans.

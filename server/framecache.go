@@ -11,7 +11,7 @@ import (
 // frameCache holds the chunk frames of the Documents alive in this
 // process, so that a body is framed once per Document rather than once
 // per caller, however many streams and Servers send it. It is keyed by
-// weak pointers, as L1's map of live Documents is (coordinator/l1): an
+// weak pointers, as L1's map of live Documents is (internal/l1): an
 // entry does not keep its Document alive (its frames slice the body, not
 // the Document), and a cleanup drops it once the Document is collected.
 // The zero value is ready; it is safe for concurrent use.

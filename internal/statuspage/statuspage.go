@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/coordinator/upstream"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // Source is what the page shows; *coordinator.Coordinator is one.

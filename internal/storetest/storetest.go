@@ -1,4 +1,4 @@
-// Package storetest lets tests outside coordinator/store ask what the
+// Package storetest lets tests outside internal/store ask what the
 // store keeps in Redis (is a fill lock held, and by whom; is a document
 // stored), watch and send its events, and pick out one of its scripts'
 // commands on the wire for redistest.Proxy, without spelling its key
@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordd/coordd/coordinator/store"
+	"github.com/coordd/coordd/internal/store"
 )
 
 // DefaultPrefix is the default of coordinator.Config.KeyPrefix, which

@@ -8,11 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/coordinator/store"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/store"
 	"github.com/coordd/coordd/internal/storetest"
 )
 

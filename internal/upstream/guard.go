@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/internal/guardwire"
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // A guard admits attempts to one upstream and learns from their outcomes:

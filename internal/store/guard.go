@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordd/coordd/coordinator/internal/guardwire"
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // The shared guard keeps one Redis hash per upstream, so that a script

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordd/coordd/coordinator/internal/guardwire"
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // Mode names the kind of Redis deployment r talks to: "cluster" (Redis

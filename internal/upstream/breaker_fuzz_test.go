@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/internal/observe"
+	"github.com/coordd/coordd/internal/observe"
 )
 
 // FuzzBreakerGoVsLua is a differential test of the guard's two
@@ -25,7 +25,7 @@ import (
 //
 // go test runs the seeds in testdata/fuzz/FuzzBreakerGoVsLua; to search:
 //
-//	go test -fuzz FuzzBreakerGoVsLua -fuzztime 60s ./coordinator/upstream
+//	go test -fuzz FuzzBreakerGoVsLua -fuzztime 60s ./internal/upstream
 func FuzzBreakerGoVsLua(f *testing.F) {
 	st := testStore(f) // skips under -short: it needs redis-server
 	var keys atomic.Int64

@@ -3,7 +3,7 @@ package upstream
 import (
 	"time"
 
-	"github.com/coordd/coordd/coordinator/internal/observe"
+	"github.com/coordd/coordd/internal/observe"
 )
 
 // Stage is what a fetch is waiting for, as its Events tell: one of

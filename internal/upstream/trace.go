@@ -10,7 +10,7 @@ import (
 )
 
 // TracerName is the instrumentation scope of the upstream attempt spans.
-const TracerName = "github.com/coordd/coordd/coordinator/upstream"
+const TracerName = "github.com/coordd/coordd/internal/upstream"
 
 // SpanAttempt is the span of one HTTP request to an upstream: the first
 // attempt, a retry, or a redirect hop.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/allegro/bigcache/v3"
 
-	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/internal/document"
 )
 
 // Cache is the in-memory tier: a bigcache bounded in bytes, plus a map of

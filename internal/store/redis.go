@@ -19,8 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordd/coordd/coordinator/document"
-	"github.com/coordd/coordd/coordinator/internal/observe"
+	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/observe"
 )
 
 // ErrUnavailable reports that an operation needed Redis and Redis is

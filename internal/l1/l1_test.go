@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/internal/document"
 )
 
 // TestL1SharesTheFlightsBuffer: while a Document is alive, L1 hits return

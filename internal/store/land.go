@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/internal/document"
 )
 
 // Land stores a fetched document of id, encoded as enc, in L2 for ttl (or,

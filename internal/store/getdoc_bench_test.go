@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/document"
+	"github.com/coordd/coordd/internal/document"
 	"github.com/coordd/coordd/internal/redistest"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/coordinator/store"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/store"
 	"github.com/coordd/coordd/internal/testclock"
 )
 
