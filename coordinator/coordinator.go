@@ -324,8 +324,8 @@ func (c *Coordinator) run(f *flight) {
 		err  error
 		land func()
 	)
-	if perr, stack := recovered(func() { res, err, land = c.fill(f) }); perr != nil {
-		res, err, land = nil, fmt.Errorf("%w: internal error: %v", ErrUnavailable, perr), nil
+	if perr, stack := recovered(func() { res, land, err = c.fill(f) }); perr != nil {
+		res, land, err = nil, nil, fmt.Errorf("%w: internal error: %v", ErrUnavailable, perr)
 		f.log.Error("flight panicked", "err", err, "stack", stack)
 	}
 	c.leave(f)
@@ -376,7 +376,7 @@ func (c *Coordinator) setL1(f *flight, d *document.Document, enc []byte) {
 // holder fetches; the others wait for its push. land, when not nil, lands
 // the document for the other instances once run has answered this
 // instance's callers.
-func (c *Coordinator) fill(f *flight) (res *Result, err error, land func()) {
+func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 	t := f.t
 	if f.seed != nil {
 		// Usually stale; fresh when a caller's max_age refused it.
@@ -394,7 +394,7 @@ func (c *Coordinator) fill(f *flight) (res *Result, err error, land func()) {
 	}
 	for {
 		if c.ctx.Err() != nil {
-			return f.fallback, ErrClosed, nil
+			return f.fallback, nil, ErrClosed
 		}
 		lt := f.tr.lock(c.ctx)
 		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL)
@@ -408,7 +408,7 @@ func (c *Coordinator) fill(f *flight) (res *Result, err error, land func()) {
 		next, res, err := c.follow(f, cl)
 		cl.unwatch()
 		if next == answered {
-			return res, err, nil
+			return res, nil, err
 		}
 	}
 }
@@ -541,7 +541,7 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 // callers, then stores it in L2 and wakes the followers of other
 // instances (land, when run does that after answering f's callers). On
 // failure it answers f's fallback with the error, for stale-if-error.
-func (c *Coordinator) lead(f *flight, l lease) (res *Result, err error, land func()) {
+func (c *Coordinator) lead(f *flight, l lease) (res *Result, land func(), err error) {
 	defer func() {
 		if land == nil {
 			l.stop() // every path below hands the lease off; this covers a panic
@@ -555,10 +555,10 @@ func (c *Coordinator) lead(f *flight, l lease) (res *Result, err error, land fun
 	d, cache, err := c.fetch(f, l)
 	if err != nil {
 		res, err := c.failed(f, l, err)
-		return res, err, nil
+		return res, nil, err
 	}
 	res, land = c.deliver(f, l, d, cache)
-	return res, nil, land
+	return res, land, nil
 }
 
 // recheck looks at L2 once more under lease l: the previous holder may
