@@ -396,7 +396,7 @@ func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 		if c.ctx.Err() != nil {
 			return f.fallback, nil, ErrClosed
 		}
-		lt := f.tr.lock(c.ctx)
+		lt := f.tr.lock(c.ctx, c.co)
 		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL)
 		lt.end(cl)
 		if cl.degraded {

@@ -91,9 +91,10 @@ type lockTrace struct {
 	span trace.Span
 }
 
-// lock starts the span of an attempt at the fill lock.
-func (ft *flightTrace) lock(c context.Context) lockTrace {
-	if ft.span == nil {
+// lock starts the span of an attempt at the fill lock of co; none in
+// single-node mode, whose claims take no lock.
+func (ft *flightTrace) lock(c context.Context, co coordination) lockTrace {
+	if _, local := co.(inProcess); ft.span == nil || local {
 		return lockTrace{}
 	}
 	_, s := ft.t.Start(ft.ctx(c), SpanLock)
