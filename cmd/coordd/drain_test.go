@@ -285,3 +285,20 @@ func TestSecondSIGTERMEndsDrainDelay(t *testing.T) {
 		t.Fatal("coordd still running a minute after a second SIGTERM: it waited out the drain delay")
 	}
 }
+
+// TestHurriedStopIsClean: two signals that come before coordd has started
+// serving stop it cleanly, however its goroutines are scheduled: the gRPC
+// server stopped before Serve ran is a clean stop, not "the server has
+// been stopped" and exit status 1 (seen under stress-ng in
+// TestSecondSIGTERMEndsDrainDelay).
+func TestHurriedStopIsClean(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	hurry, hurried := context.WithCancel(context.Background())
+	hurried()
+	for i := range 30 {
+		if err := runHurried(ctx, hurry, []string{"--listen", "127.0.0.1:0", "--drain-delay", "1h", "--log-level", "error"}, os.Stderr); err != nil {
+			t.Fatalf("run %d: %v; want a clean stop", i, err)
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/version"
@@ -362,7 +363,15 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 
 	stopCtx := ctx
 	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return g.Serve(lis) })
+	eg.Go(func() error {
+		// A drain hurried by a second signal may stop g before this
+		// goroutine gets to Serve: that is a clean stop too.
+		if err := g.Serve(lis); !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+		_ = lis.Close()
+		return nil
+	})
 	delayFor := func() time.Duration {
 		if errors.Is(context.Cause(stopCtx), errInterrupted) {
 			return 0 // Ctrl-C: no balancer needs to see NOT_SERVING first
