@@ -589,7 +589,7 @@ func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error
 	c.stats.fetched(t.tenant, c.cfg.Now())
 	fctx, ft := f.tr.fetch(c.ctx, l)
 	resp, err := c.clients[t.upstream.Name].Fetch(fctx, fr, func(e upstream.Event) {
-		f.report(Progress{Role: RoleLeader, Stage: stageOf(e.Stage), Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
+		f.report(Progress{Role: RoleLeader, Stage: e.Stage, Detail: e.Detail, Attempt: e.Attempt, Wait: e.Wait})
 	})
 	ft.end(resp, err)
 	if err != nil {
@@ -734,17 +734,4 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 // freshness is what up's configuration says of its documents' lifetimes.
 func freshness(up *Upstream) document.Freshness {
 	return document.Freshness{TTL: up.TTL, StaleTTL: up.StaleTTL, MinTTL: up.Protection.MinTTL, MaxTTL: up.Protection.MaxTTL}
-}
-
-// stageOf is the Stage of a fetch's event.
-func stageOf(s upstream.Stage) Stage {
-	switch s {
-	case upstream.StageRateLimited:
-		return StageRateLimited
-	case upstream.StageRetrying:
-		return StageRetrying
-	case upstream.StageBreakerOpen:
-		return StageBreakerOpen
-	}
-	return 0
 }
