@@ -250,12 +250,18 @@ func TestTransferEncodingRefused(t *testing.T) {
 // past the bound the oldest are closed, and a caller still gets in.
 func TestHTTPConnectionBounds(t *testing.T) {
 	const bound, extra = 4, 3
-	in, _ := startDoor(t, server.Config{HTTPMaxPendingConns: bound, HTTPMaxIdleConns: bound})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	notFound := "GET /nowhere HTTP/1.1\r\nHost: coordd\r\n\r\n"
+	// Each subtest has an instance of its own: a connection of another
+	// may turn idle late on a busy machine, and take an idle slot.
+	start := func(t *testing.T) *coorddtest.Instance {
+		in, _ := startDoor(t, server.Config{HTTPMaxPendingConns: bound, HTTPMaxIdleConns: bound})
+		return in
+	}
 
 	t.Run("silent", func(t *testing.T) {
+		in := start(t)
 		var conns []*rawConn
 		for range bound + extra {
 			conns = append(conns, dialDoor(t, in))
@@ -274,6 +280,7 @@ func TestHTTPConnectionBounds(t *testing.T) {
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
+		in := start(t)
 		var conns []*rawConn
 		for i := range bound + extra {
 			c := dialDoor(t, in)
