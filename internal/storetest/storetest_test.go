@@ -26,22 +26,27 @@ func TestDefaultPrefix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	url := up.URL() + "/doc"
+	st := storetest.New(rs.Client(t), "")
+	// The landing follows the answer: its done event says when it is in.
+	events, err := st.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
 	if _, err := coorddtest.Get(ctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
 		t.Fatal(err)
 	}
-	st := storetest.New(rs.Client(t), "")
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ok, err := st.DocStored(ctx, url)
+	for {
+		ev, err := events.Next(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("no done event of %s under prefix %q: %v", url, storetest.DefaultPrefix, err)
 		}
-		if ok {
+		if ev.Type == storetest.EventDone && ev.Key == url {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no document of %s under prefix %q", url, storetest.DefaultPrefix)
-		}
-		time.Sleep(10 * time.Millisecond) // the landing follows the answer; nothing signals it
+	}
+	if ok, err := st.DocStored(ctx, url); err != nil || !ok {
+		t.Fatalf("no document of %s under prefix %q (%v)", url, storetest.DefaultPrefix, err)
 	}
 }
 
