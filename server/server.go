@@ -238,6 +238,9 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		return toStatus(err)
 	}
 	logctx.Add(stream.Context(), "key", t.Key)
+	if req.GetCredential() != "" {
+		return status.Errorf(codes.PermissionDenied, "upstream %q does not accept caller credentials", t.Upstream())
+	}
 	var maxAge time.Duration
 	if req.GetMaxAge() != nil {
 		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
@@ -274,6 +277,9 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	}
 	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
 		return sendFailed(ctx, err)
+	}
+	if req.GetHead() {
+		return nil
 	}
 	for _, f := range frames(d) {
 		if err := stream.SendMsg(f); err != nil {

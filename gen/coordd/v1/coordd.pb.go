@@ -228,7 +228,26 @@ type GetOrFetchRequest struct {
 	// fetched from the upstream longer than max_age before the call is not
 	// served to it, fresh or stale; the call waits for a newer one (one
 	// fetch, shared as always) or fails. Negative is INVALID_ARGUMENT.
-	MaxAge        *durationpb.Duration `protobuf:"bytes,4,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	MaxAge *durationpb.Duration `protobuf:"bytes,4,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// headers are request headers for the upstream. Only those the
+	// upstream lists in forward_headers are sent (and are part of the cache
+	// id, normalised); every other one is dropped, so that a drop-in HTTP
+	// client may send its defaults. A forwarded header that is not UTF-8,
+	// holds a control character or is longer than 1 KiB, or more than 64
+	// headers, is INVALID_ARGUMENT.
+	Headers []*Header `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
+	// credential is the caller's own credential for the upstream: the whole
+	// value of the upstream's credential header (Authorization unless it
+	// names another), such as "Bearer ghp_...". It is used for this call's
+	// fetch and never stored; callers with the same credential share one
+	// fetch and one cached copy, callers with different ones never see each
+	// other's. An upstream without caller_credentials: true refuses a call
+	// that carries one (PERMISSION_DENIED).
+	Credential string `protobuf:"bytes,6,opt,name=credential,proto3" json:"credential,omitempty"`
+	// head asks for the metadata only, as HTTP's HEAD: the stream ends after
+	// the metadata event, without chunks. The document is fetched (as a GET)
+	// and cached as for any call.
+	Head          bool `protobuf:"varint,7,opt,name=head,proto3" json:"head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -291,6 +310,82 @@ func (x *GetOrFetchRequest) GetMaxAge() *durationpb.Duration {
 	return nil
 }
 
+func (x *GetOrFetchRequest) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *GetOrFetchRequest) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
+}
+
+func (x *GetOrFetchRequest) GetHead() bool {
+	if x != nil {
+		return x.Head
+	}
+	return false
+}
+
+// Header is one HTTP header field.
+type Header struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the field name, in canonical form (Content-Type).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value is the field value.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Header) Reset() {
+	*x = Header{}
+	mi := &file_coordd_v1_coordd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Header) ProtoMessage() {}
+
+func (x *Header) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_coordd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Header.ProtoReflect.Descriptor instead.
+func (*Header) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Header) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Header) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // GetOrFetchResponse is one event of a GetOrFetch stream.
 type GetOrFetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -308,7 +403,7 @@ type GetOrFetchResponse struct {
 
 func (x *GetOrFetchResponse) Reset() {
 	*x = GetOrFetchResponse{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[1]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +415,7 @@ func (x *GetOrFetchResponse) String() string {
 func (*GetOrFetchResponse) ProtoMessage() {}
 
 func (x *GetOrFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[1]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +428,7 @@ func (x *GetOrFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOrFetchResponse.ProtoReflect.Descriptor instead.
 func (*GetOrFetchResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{1}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetOrFetchResponse) GetEvent() isGetOrFetchResponse_Event {
@@ -414,7 +509,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[2]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -426,7 +521,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[2]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -439,7 +534,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{2}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Progress) GetRole() Role {
@@ -501,14 +596,24 @@ type Metadata struct {
 	// last_modified is the upstream's Last-Modified, if any.
 	LastModified string `protobuf:"bytes,10,opt,name=last_modified,json=lastModified,proto3" json:"last_modified,omitempty"`
 	// ttl is how long the copy stays fresh from now; zero when stale.
-	Ttl           *durationpb.Duration `protobuf:"bytes,11,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,11,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// headers are the upstream's end-to-end response header fields, as it
+	// sent them and in its order (hop-by-hop fields, Set-Cookie and
+	// Content-Length dropped; values that are not UTF-8 or hold a control
+	// character dropped; at most 64 fields of at most 1 KiB each). Link,
+	// Cache-Control, X-RateLimit-* and the rest; cached with the document.
+	Headers []*Header `protobuf:"bytes,12,rep,name=headers,proto3" json:"headers,omitempty"`
+	// private is true when the document is cached for one credential scope
+	// only (a credential was sent); a cache between coordd and the caller
+	// must not share it.
+	Private       bool `protobuf:"varint,13,opt,name=private,proto3" json:"private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Metadata) Reset() {
 	*x = Metadata{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[3]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +625,7 @@ func (x *Metadata) String() string {
 func (*Metadata) ProtoMessage() {}
 
 func (x *Metadata) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[3]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +638,7 @@ func (x *Metadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metadata.ProtoReflect.Descriptor instead.
 func (*Metadata) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{3}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Metadata) GetSource() Source {
@@ -613,6 +718,20 @@ func (x *Metadata) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Metadata) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Metadata) GetPrivate() bool {
+	if x != nil {
+		return x.Private
+	}
+	return false
+}
+
 // Chunk is a piece of the body.
 type Chunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -624,7 +743,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[4]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +755,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[4]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +768,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{4}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -665,14 +784,20 @@ type InvalidateRequest struct {
 	// url is the document's url; its canonical form is the key.
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// key is the cache key; it takes precedence over url.
-	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// headers and credential name the variant and the credential scope
+	// removed, as in GetOrFetchRequest: an Invalidate removes only the copy
+	// that a GetOrFetch with the same fields would be served.
+	Headers []*Header `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// credential: see GetOrFetchRequest.credential.
+	Credential    string `protobuf:"bytes,4,opt,name=credential,proto3" json:"credential,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvalidateRequest) Reset() {
 	*x = InvalidateRequest{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[5]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +809,7 @@ func (x *InvalidateRequest) String() string {
 func (*InvalidateRequest) ProtoMessage() {}
 
 func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[5]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +822,7 @@ func (x *InvalidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateRequest.ProtoReflect.Descriptor instead.
 func (*InvalidateRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{5}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *InvalidateRequest) GetUrl() string {
@@ -710,6 +835,20 @@ func (x *InvalidateRequest) GetUrl() string {
 func (x *InvalidateRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *InvalidateRequest) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *InvalidateRequest) GetCredential() string {
+	if x != nil {
+		return x.Credential
 	}
 	return ""
 }
@@ -727,7 +866,7 @@ type InvalidateResponse struct {
 
 func (x *InvalidateResponse) Reset() {
 	*x = InvalidateResponse{}
-	mi := &file_coordd_v1_coordd_proto_msgTypes[6]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +878,7 @@ func (x *InvalidateResponse) String() string {
 func (*InvalidateResponse) ProtoMessage() {}
 
 func (x *InvalidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_coordd_proto_msgTypes[6]
+	mi := &file_coordd_v1_coordd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +891,7 @@ func (x *InvalidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidateResponse.ProtoReflect.Descriptor instead.
 func (*InvalidateResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{6}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InvalidateResponse) GetKey() string {
@@ -773,12 +912,20 @@ var File_coordd_v1_coordd_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\x86\x01\n" +
+	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n" +
 	"\x11GetOrFetchRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x19\n" +
 	"\bno_stale\x18\x03 \x01(\bR\anoStale\x122\n" +
-	"\amax_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\"\xad\x01\n" +
+	"\amax_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12+\n" +
+	"\aheaders\x18\x05 \x03(\v2\x11.coordd.v1.HeaderR\aheaders\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x06 \x01(\tR\n" +
+	"credential\x12\x12\n" +
+	"\x04head\x18\a \x01(\bR\x04head\"2\n" +
+	"\x06Header\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xad\x01\n" +
 	"\x12GetOrFetchResponse\x121\n" +
 	"\bprogress\x18\x01 \x01(\v2\x13.coordd.v1.ProgressH\x00R\bprogress\x121\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x13.coordd.v1.MetadataH\x00R\bmetadata\x12(\n" +
@@ -789,7 +936,7 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\x05stage\x18\x02 \x01(\x0e2\x10.coordd.v1.StageR\x05stage\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xe4\x02\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xab\x03\n" +
 	"\bMetadata\x12)\n" +
 	"\x06source\x18\x01 \x01(\x0e2\x11.coordd.v1.SourceR\x06source\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1f\n" +
@@ -803,12 +950,18 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\x04etag\x18\t \x01(\tR\x04etag\x12#\n" +
 	"\rlast_modified\x18\n" +
 	" \x01(\tR\flastModified\x12+\n" +
-	"\x03ttl\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x1b\n" +
+	"\x03ttl\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12+\n" +
+	"\aheaders\x18\f \x03(\v2\x11.coordd.v1.HeaderR\aheaders\x12\x18\n" +
+	"\aprivate\x18\r \x01(\bR\aprivate\"\x1b\n" +
 	"\x05Chunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"7\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x84\x01\n" +
 	"\x11InvalidateRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"@\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12+\n" +
+	"\aheaders\x18\x03 \x03(\v2\x11.coordd.v1.HeaderR\aheaders\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x04 \x01(\tR\n" +
+	"credential\"@\n" +
 	"\x12InvalidateResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
 	"\aexisted\x18\x02 \x01(\bR\aexisted*N\n" +
@@ -851,40 +1004,44 @@ func file_coordd_v1_coordd_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_coordd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordd_v1_coordd_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_coordd_v1_coordd_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_coordd_v1_coordd_proto_goTypes = []any{
 	(Role)(0),                   // 0: coordd.v1.Role
 	(Stage)(0),                  // 1: coordd.v1.Stage
 	(Source)(0),                 // 2: coordd.v1.Source
 	(*GetOrFetchRequest)(nil),   // 3: coordd.v1.GetOrFetchRequest
-	(*GetOrFetchResponse)(nil),  // 4: coordd.v1.GetOrFetchResponse
-	(*Progress)(nil),            // 5: coordd.v1.Progress
-	(*Metadata)(nil),            // 6: coordd.v1.Metadata
-	(*Chunk)(nil),               // 7: coordd.v1.Chunk
-	(*InvalidateRequest)(nil),   // 8: coordd.v1.InvalidateRequest
-	(*InvalidateResponse)(nil),  // 9: coordd.v1.InvalidateResponse
-	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
+	(*Header)(nil),              // 4: coordd.v1.Header
+	(*GetOrFetchResponse)(nil),  // 5: coordd.v1.GetOrFetchResponse
+	(*Progress)(nil),            // 6: coordd.v1.Progress
+	(*Metadata)(nil),            // 7: coordd.v1.Metadata
+	(*Chunk)(nil),               // 8: coordd.v1.Chunk
+	(*InvalidateRequest)(nil),   // 9: coordd.v1.InvalidateRequest
+	(*InvalidateResponse)(nil),  // 10: coordd.v1.InvalidateResponse
+	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
 }
 var file_coordd_v1_coordd_proto_depIdxs = []int32{
-	10, // 0: coordd.v1.GetOrFetchRequest.max_age:type_name -> google.protobuf.Duration
-	5,  // 1: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
-	6,  // 2: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
-	7,  // 3: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
-	0,  // 4: coordd.v1.Progress.role:type_name -> coordd.v1.Role
-	1,  // 5: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
-	10, // 6: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
-	2,  // 7: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
-	10, // 8: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
-	10, // 9: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
-	3,  // 10: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
-	8,  // 11: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
-	4,  // 12: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
-	9,  // 13: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	11, // 0: coordd.v1.GetOrFetchRequest.max_age:type_name -> google.protobuf.Duration
+	4,  // 1: coordd.v1.GetOrFetchRequest.headers:type_name -> coordd.v1.Header
+	6,  // 2: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
+	7,  // 3: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
+	8,  // 4: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
+	0,  // 5: coordd.v1.Progress.role:type_name -> coordd.v1.Role
+	1,  // 6: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
+	11, // 7: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
+	2,  // 8: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
+	11, // 9: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
+	11, // 10: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
+	4,  // 11: coordd.v1.Metadata.headers:type_name -> coordd.v1.Header
+	4,  // 12: coordd.v1.InvalidateRequest.headers:type_name -> coordd.v1.Header
+	3,  // 13: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
+	9,  // 14: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
+	5,  // 15: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
+	10, // 16: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
+	15, // [15:17] is the sub-list for method output_type
+	13, // [13:15] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_coordd_proto_init() }
@@ -892,7 +1049,7 @@ func file_coordd_v1_coordd_proto_init() {
 	if File_coordd_v1_coordd_proto != nil {
 		return
 	}
-	file_coordd_v1_coordd_proto_msgTypes[1].OneofWrappers = []any{
+	file_coordd_v1_coordd_proto_msgTypes[2].OneofWrappers = []any{
 		(*GetOrFetchResponse_Progress)(nil),
 		(*GetOrFetchResponse_Metadata)(nil),
 		(*GetOrFetchResponse_Chunk)(nil),
@@ -903,7 +1060,7 @@ func file_coordd_v1_coordd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_coordd_proto_rawDesc), len(file_coordd_v1_coordd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,8 +1,9 @@
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from typing import ClassVar as _ClassVar, Mapping as _Mapping, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 ROLE_FOLLOWER: Role
@@ -30,16 +31,22 @@ class Chunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class GetOrFetchRequest(_message.Message):
-    __slots__ = ["key", "max_age", "no_stale", "url"]
+    __slots__ = ["credential", "head", "headers", "key", "max_age", "no_stale", "url"]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_AGE_FIELD_NUMBER: _ClassVar[int]
     NO_STALE_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
+    credential: str
+    head: bool
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
     key: str
     max_age: _duration_pb2.Duration
     no_stale: bool
     url: str
-    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ..., no_stale: bool = ..., max_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ..., no_stale: bool = ..., max_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., credential: _Optional[str] = ..., head: bool = ...) -> None: ...
 
 class GetOrFetchResponse(_message.Message):
     __slots__ = ["chunk", "metadata", "progress"]
@@ -51,13 +58,25 @@ class GetOrFetchResponse(_message.Message):
     progress: Progress
     def __init__(self, progress: _Optional[_Union[Progress, _Mapping]] = ..., metadata: _Optional[_Union[Metadata, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
 
+class Header(_message.Message):
+    __slots__ = ["name", "value"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
 class InvalidateRequest(_message.Message):
-    __slots__ = ["key", "url"]
+    __slots__ = ["credential", "headers", "key", "url"]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
+    credential: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
     key: str
     url: str
-    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., credential: _Optional[str] = ...) -> None: ...
 
 class InvalidateResponse(_message.Message):
     __slots__ = ["existed", "key"]
@@ -68,12 +87,14 @@ class InvalidateResponse(_message.Message):
     def __init__(self, key: _Optional[str] = ..., existed: bool = ...) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ["age", "content_type", "etag", "key", "last_modified", "size", "source", "stale", "status_code", "ttl", "upstream"]
+    __slots__ = ["age", "content_type", "etag", "headers", "key", "last_modified", "private", "size", "source", "stale", "status_code", "ttl", "upstream"]
     AGE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     LAST_MODIFIED_FIELD_NUMBER: _ClassVar[int]
+    PRIVATE_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     STALE_FIELD_NUMBER: _ClassVar[int]
@@ -83,15 +104,17 @@ class Metadata(_message.Message):
     age: _duration_pb2.Duration
     content_type: str
     etag: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
     key: str
     last_modified: str
+    private: bool
     size: int
     source: Source
     stale: bool
     status_code: int
     ttl: _duration_pb2.Duration
     upstream: str
-    def __init__(self, source: _Optional[_Union[Source, str]] = ..., stale: bool = ..., status_code: _Optional[int] = ..., content_type: _Optional[str] = ..., age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., size: _Optional[int] = ..., key: _Optional[str] = ..., upstream: _Optional[str] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, source: _Optional[_Union[Source, str]] = ..., stale: bool = ..., status_code: _Optional[int] = ..., content_type: _Optional[str] = ..., age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., size: _Optional[int] = ..., key: _Optional[str] = ..., upstream: _Optional[str] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., private: bool = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ["attempt", "detail", "role", "stage", "wait"]

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/coordd.proto.
  */
 export const file_coordd_v1_coordd: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb29yZGQvdjEvY29vcmRkLnByb3RvEgljb29yZGQudjEiawoRR2V0T3JGZXRjaFJlcXVlc3QSCwoDdXJsGAEgASgJEgsKA2tleRgCIAEoCRIQCghub19zdGFsZRgDIAEoCBIqCgdtYXhfYWdlGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpIBChJHZXRPckZldGNoUmVzcG9uc2USJwoIcHJvZ3Jlc3MYASABKAsyEy5jb29yZGQudjEuUHJvZ3Jlc3NIABInCghtZXRhZGF0YRgCIAEoCzITLmNvb3JkZC52MS5NZXRhZGF0YUgAEiEKBWNodW5rGAMgASgLMhAuY29vcmRkLnYxLkNodW5rSABCBwoFZXZlbnQilAEKCFByb2dyZXNzEh0KBHJvbGUYASABKA4yDy5jb29yZGQudjEuUm9sZRIfCgVzdGFnZRgCIAEoDjIQLmNvb3JkZC52MS5TdGFnZRIOCgZkZXRhaWwYAyABKAkSDwoHYXR0ZW1wdBgEIAEoBRInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIokCCghNZXRhZGF0YRIhCgZzb3VyY2UYASABKA4yES5jb29yZGQudjEuU291cmNlEg0KBXN0YWxlGAIgASgIEhMKC3N0YXR1c19jb2RlGAMgASgFEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRImCgNhZ2UYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEc2l6ZRgGIAEoAxILCgNrZXkYByABKAkSEAoIdXBzdHJlYW0YCCABKAkSDAoEZXRhZxgJIAEoCRIVCg1sYXN0X21vZGlmaWVkGAogASgJEiYKA3R0bBgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIVCgVDaHVuaxIMCgRkYXRhGAEgASgMIi0KEUludmFsaWRhdGVSZXF1ZXN0EgsKA3VybBgBIAEoCRILCgNrZXkYAiABKAkiMgoSSW52YWxpZGF0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRIPCgdleGlzdGVkGAIgASgIKk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfTEVBREVSEAESEQoNUk9MRV9GT0xMT1dFUhACEgwKCFJPTEVfSElUEAMqzwEKBVN0YWdlEhUKEVNUQUdFX1VOU1BFQ0lGSUVEEAASEAoMU1RBR0VfSk9JTkVEEAESEgoOU1RBR0VfRkVUQ0hJTkcQAhIYChRTVEFHRV9XQUlUSU5HX0xFQURFUhADEhYKElNUQUdFX1JBVEVfTElNSVRFRBAEEhIKDlNUQUdFX1JFVFJZSU5HEAUSFgoSU1RBR0VfQlJFQUtFUl9PUEVOEAYSFwoTU1RBR0VfU0VSVklOR19TVEFMRRAHEhIKDlNUQUdFX0RFR1JBREVEEAgqUwoGU291cmNlEhYKElNPVVJDRV9VTlNQRUNJRklFRBAAEg0KCVNPVVJDRV9MMRABEg0KCVNPVVJDRV9MMhACEhMKD1NPVVJDRV9VUFNUUkVBTRADMqwBChJDb29yZGluYXRvclNlcnZpY2USSwoKR2V0T3JGZXRjaBIcLmNvb3JkZC52MS5HZXRPckZldGNoUmVxdWVzdBodLmNvb3JkZC52MS5HZXRPckZldGNoUmVzcG9uc2UwARJJCgpJbnZhbGlkYXRlEhwuY29vcmRkLnYxLkludmFsaWRhdGVSZXF1ZXN0Gh0uY29vcmRkLnYxLkludmFsaWRhdGVSZXNwb25zZUIxWi9naXRodWIuY29tL2Nvb3JkZC9jb29yZGQvZ2VuL2Nvb3JkZC92MTtjb29yZGR2MWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("ChZjb29yZGQvdjEvY29vcmRkLnByb3RvEgljb29yZGQudjEisQEKEUdldE9yRmV0Y2hSZXF1ZXN0EgsKA3VybBgBIAEoCRILCgNrZXkYAiABKAkSEAoIbm9fc3RhbGUYAyABKAgSKgoHbWF4X2FnZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIiCgdoZWFkZXJzGAUgAygLMhEuY29vcmRkLnYxLkhlYWRlchISCgpjcmVkZW50aWFsGAYgASgJEgwKBGhlYWQYByABKAgiJQoGSGVhZGVyEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkikgEKEkdldE9yRmV0Y2hSZXNwb25zZRInCghwcm9ncmVzcxgBIAEoCzITLmNvb3JkZC52MS5Qcm9ncmVzc0gAEicKCG1ldGFkYXRhGAIgASgLMhMuY29vcmRkLnYxLk1ldGFkYXRhSAASIQoFY2h1bmsYAyABKAsyEC5jb29yZGQudjEuQ2h1bmtIAEIHCgVldmVudCKUAQoIUHJvZ3Jlc3MSHQoEcm9sZRgBIAEoDjIPLmNvb3JkZC52MS5Sb2xlEh8KBXN0YWdlGAIgASgOMhAuY29vcmRkLnYxLlN0YWdlEg4KBmRldGFpbBgDIAEoCRIPCgdhdHRlbXB0GAQgASgFEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ivgIKCE1ldGFkYXRhEiEKBnNvdXJjZRgBIAEoDjIRLmNvb3JkZC52MS5Tb3VyY2USDQoFc3RhbGUYAiABKAgSEwoLc3RhdHVzX2NvZGUYAyABKAUSFAoMY29udGVudF90eXBlGAQgASgJEiYKA2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIMCgRzaXplGAYgASgDEgsKA2tleRgHIAEoCRIQCgh1cHN0cmVhbRgIIAEoCRIMCgRldGFnGAkgASgJEhUKDWxhc3RfbW9kaWZpZWQYCiABKAkSJgoDdHRsGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiIKB2hlYWRlcnMYDCADKAsyES5jb29yZGQudjEuSGVhZGVyEg8KB3ByaXZhdGUYDSABKAgiFQoFQ2h1bmsSDAoEZGF0YRgBIAEoDCJlChFJbnZhbGlkYXRlUmVxdWVzdBILCgN1cmwYASABKAkSCwoDa2V5GAIgASgJEiIKB2hlYWRlcnMYAyADKAsyES5jb29yZGQudjEuSGVhZGVyEhIKCmNyZWRlbnRpYWwYBCABKAkiMgoSSW52YWxpZGF0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRIPCgdleGlzdGVkGAIgASgIKk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfTEVBREVSEAESEQoNUk9MRV9GT0xMT1dFUhACEgwKCFJPTEVfSElUEAMqzwEKBVN0YWdlEhUKEVNUQUdFX1VOU1BFQ0lGSUVEEAASEAoMU1RBR0VfSk9JTkVEEAESEgoOU1RBR0VfRkVUQ0hJTkcQAhIYChRTVEFHRV9XQUlUSU5HX0xFQURFUhADEhYKElNUQUdFX1JBVEVfTElNSVRFRBAEEhIKDlNUQUdFX1JFVFJZSU5HEAUSFgoSU1RBR0VfQlJFQUtFUl9PUEVOEAYSFwoTU1RBR0VfU0VSVklOR19TVEFMRRAHEhIKDlNUQUdFX0RFR1JBREVEEAgqUwoGU291cmNlEhYKElNPVVJDRV9VTlNQRUNJRklFRBAAEg0KCVNPVVJDRV9MMRABEg0KCVNPVVJDRV9MMhACEhMKD1NPVVJDRV9VUFNUUkVBTRADMqwBChJDb29yZGluYXRvclNlcnZpY2USSwoKR2V0T3JGZXRjaBIcLmNvb3JkZC52MS5HZXRPckZldGNoUmVxdWVzdBodLmNvb3JkZC52MS5HZXRPckZldGNoUmVzcG9uc2UwARJJCgpJbnZhbGlkYXRlEhwuY29vcmRkLnYxLkludmFsaWRhdGVSZXF1ZXN0Gh0uY29vcmRkLnYxLkludmFsaWRhdGVSZXNwb25zZUIxWi9naXRodWIuY29tL2Nvb3JkZC9jb29yZGQvZ2VuL2Nvb3JkZC92MTtjb29yZGR2MWIGcHJvdG8z", [file_google_protobuf_duration]);
 
 /**
  * GetOrFetchRequest names the document to get.
@@ -52,6 +52,40 @@ export type GetOrFetchRequest = Message<"coordd.v1.GetOrFetchRequest"> & {
    * @generated from field: google.protobuf.Duration max_age = 4;
    */
   maxAge?: Duration | undefined;
+
+  /**
+   * headers are request headers for the upstream. Only those the
+   * upstream lists in forward_headers are sent (and are part of the cache
+   * id, normalised); every other one is dropped, so that a drop-in HTTP
+   * client may send its defaults. A forwarded header that is not UTF-8,
+   * holds a control character or is longer than 1 KiB, or more than 64
+   * headers, is INVALID_ARGUMENT.
+   *
+   * @generated from field: repeated coordd.v1.Header headers = 5;
+   */
+  headers: Header[];
+
+  /**
+   * credential is the caller's own credential for the upstream: the whole
+   * value of the upstream's credential header (Authorization unless it
+   * names another), such as "Bearer ghp_...". It is used for this call's
+   * fetch and never stored; callers with the same credential share one
+   * fetch and one cached copy, callers with different ones never see each
+   * other's. An upstream without caller_credentials: true refuses a call
+   * that carries one (PERMISSION_DENIED).
+   *
+   * @generated from field: string credential = 6;
+   */
+  credential: string;
+
+  /**
+   * head asks for the metadata only, as HTTP's HEAD: the stream ends after
+   * the metadata event, without chunks. The document is fetched (as a GET)
+   * and cached as for any call.
+   *
+   * @generated from field: bool head = 7;
+   */
+  head: boolean;
 };
 
 /**
@@ -60,6 +94,34 @@ export type GetOrFetchRequest = Message<"coordd.v1.GetOrFetchRequest"> & {
  */
 export const GetOrFetchRequestSchema: GenMessage<GetOrFetchRequest> = /*@__PURE__*/
   messageDesc(file_coordd_v1_coordd, 0);
+
+/**
+ * Header is one HTTP header field.
+ *
+ * @generated from message coordd.v1.Header
+ */
+export type Header = Message<"coordd.v1.Header"> & {
+  /**
+   * name is the field name, in canonical form (Content-Type).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * value is the field value.
+   *
+   * @generated from field: string value = 2;
+   */
+  value: string;
+};
+
+/**
+ * Describes the message coordd.v1.Header.
+ * Use `create(HeaderSchema)` to create a new message.
+ */
+export const HeaderSchema: GenMessage<Header> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_coordd, 1);
 
 /**
  * GetOrFetchResponse is one event of a GetOrFetch stream.
@@ -104,7 +166,7 @@ export type GetOrFetchResponse = Message<"coordd.v1.GetOrFetchResponse"> & {
  * Use `create(GetOrFetchResponseSchema)` to create a new message.
  */
 export const GetOrFetchResponseSchema: GenMessage<GetOrFetchResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 1);
+  messageDesc(file_coordd_v1_coordd, 2);
 
 /**
  * Progress tells the caller its role and what it is waiting for.
@@ -153,7 +215,7 @@ export type Progress = Message<"coordd.v1.Progress"> & {
  * Use `create(ProgressSchema)` to create a new message.
  */
 export const ProgressSchema: GenMessage<Progress> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 2);
+  messageDesc(file_coordd_v1_coordd, 3);
 
 /**
  * Metadata describes the document that follows.
@@ -237,6 +299,26 @@ export type Metadata = Message<"coordd.v1.Metadata"> & {
    * @generated from field: google.protobuf.Duration ttl = 11;
    */
   ttl?: Duration | undefined;
+
+  /**
+   * headers are the upstream's end-to-end response header fields, as it
+   * sent them and in its order (hop-by-hop fields, Set-Cookie and
+   * Content-Length dropped; values that are not UTF-8 or hold a control
+   * character dropped; at most 64 fields of at most 1 KiB each). Link,
+   * Cache-Control, X-RateLimit-* and the rest; cached with the document.
+   *
+   * @generated from field: repeated coordd.v1.Header headers = 12;
+   */
+  headers: Header[];
+
+  /**
+   * private is true when the document is cached for one credential scope
+   * only (a credential was sent); a cache between coordd and the caller
+   * must not share it.
+   *
+   * @generated from field: bool private = 13;
+   */
+  private: boolean;
 };
 
 /**
@@ -244,7 +326,7 @@ export type Metadata = Message<"coordd.v1.Metadata"> & {
  * Use `create(MetadataSchema)` to create a new message.
  */
 export const MetadataSchema: GenMessage<Metadata> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 3);
+  messageDesc(file_coordd_v1_coordd, 4);
 
 /**
  * Chunk is a piece of the body.
@@ -265,7 +347,7 @@ export type Chunk = Message<"coordd.v1.Chunk"> & {
  * Use `create(ChunkSchema)` to create a new message.
  */
 export const ChunkSchema: GenMessage<Chunk> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 4);
+  messageDesc(file_coordd_v1_coordd, 5);
 
 /**
  * InvalidateRequest names the document to remove, by url or by key.
@@ -286,6 +368,22 @@ export type InvalidateRequest = Message<"coordd.v1.InvalidateRequest"> & {
    * @generated from field: string key = 2;
    */
   key: string;
+
+  /**
+   * headers and credential name the variant and the credential scope
+   * removed, as in GetOrFetchRequest: an Invalidate removes only the copy
+   * that a GetOrFetch with the same fields would be served.
+   *
+   * @generated from field: repeated coordd.v1.Header headers = 3;
+   */
+  headers: Header[];
+
+  /**
+   * credential: see GetOrFetchRequest.credential.
+   *
+   * @generated from field: string credential = 4;
+   */
+  credential: string;
 };
 
 /**
@@ -293,7 +391,7 @@ export type InvalidateRequest = Message<"coordd.v1.InvalidateRequest"> & {
  * Use `create(InvalidateRequestSchema)` to create a new message.
  */
 export const InvalidateRequestSchema: GenMessage<InvalidateRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 5);
+  messageDesc(file_coordd_v1_coordd, 6);
 
 /**
  * InvalidateResponse reports what Invalidate removed.
@@ -321,7 +419,7 @@ export type InvalidateResponse = Message<"coordd.v1.InvalidateResponse"> & {
  * Use `create(InvalidateResponseSchema)` to create a new message.
  */
 export const InvalidateResponseSchema: GenMessage<InvalidateResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_coordd, 6);
+  messageDesc(file_coordd_v1_coordd, 7);
 
 /**
  * Role is the part a call plays in the fetch of its key.
