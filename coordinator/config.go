@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordd/coordd/internal/secret"
 	"github.com/coordd/coordd/internal/upstream"
 )
 
@@ -69,6 +70,15 @@ type Config struct {
 	// completion event, so that followers on other instances need no L2
 	// read. Default: 32 KiB. Negative: never inline.
 	InlineMaxBytes int `yaml:"inline_max_bytes"`
+	// CredentialScopeKey keys the credential scope ids that documents
+	// fetched with a credential are cached under (see Request), so that
+	// every instance finds the same id and Redis holds nothing a
+	// credential can be found from. Every instance sharing a Redis must
+	// have the same one, of at least 16 bytes; required with Redis once
+	// any upstream has a Credential or CallerCredentials (and for
+	// tenants' credentials: the caller checks those). Default: drawn at
+	// random in single-node mode.
+	CredentialScopeKey secret.Value `yaml:"-"`
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 	// Now is the clock. Default: time.Now.
@@ -120,13 +130,22 @@ func (c *Config) validate() error {
 	seen := map[string]bool{}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
-		if err := upstream.Validate(u, fmt.Sprintf("upstreams[%d]", i)); err != nil {
+		field := fmt.Sprintf("upstreams[%d]", i)
+		if err := upstream.Validate(u, field); err != nil {
 			return err
+		}
+		if u.Credential != nil {
+			if err := u.Credential.Load(fmt.Sprintf("%s (%s).credential", field, u.Name), c.Logger.With("component", "credentials")); err != nil {
+				return err
+			}
 		}
 		if seen[u.Name] {
 			return fmt.Errorf("upstreams[%d].name: duplicate name %q", i, u.Name)
 		}
 		seen[u.Name] = true
+	}
+	if k := c.CredentialScopeKey; !k.IsZero() && len(k.Reveal()) < 16 {
+		return fmt.Errorf("credential_scope_key: must be at least 16 bytes")
 	}
 	switch {
 	case c.L1MaxBytes < 1<<20:
@@ -146,4 +165,15 @@ func setDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
+}
+
+// NeedsScopeKey reports whether any upstream sends a credential or
+// accepts callers' own: then, with Redis, CredentialScopeKey is required.
+func (c *Config) NeedsScopeKey() bool {
+	for _, u := range c.Upstreams {
+		if u.Credential != nil || u.CallerCredentials {
+			return true
+		}
+	}
+	return false
 }

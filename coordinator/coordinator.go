@@ -51,6 +51,7 @@ type Coordinator struct {
 
 	ownTransport *http.Transport // the transport New made, closed by Close
 	stats        statusCounters  // for Status (status.go)
+	scopeKey     scopeKey        // keys credential scope ids (request.go)
 }
 
 // Options are the optional dependencies of New.
@@ -87,6 +88,9 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if opt.Redis != nil && cfg.CredentialScopeKey.IsZero() && cfg.NeedsScopeKey() {
+		return nil, fmt.Errorf("credential_scope_key: required with Redis once an upstream has a credential or caller_credentials, so that every instance finds the same cache ids")
+	}
 	var maxBody int64
 	var life time.Duration
 	for _, u := range cfg.Upstreams {
@@ -99,16 +103,17 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "coordinator"),
-		l1:      cache,
-		clients: make(map[string]*upstream.Client),
-		m:       observe.OrNop(opt.Metrics),
-		tr:      newTracer(opt.TracerProvider),
-		flights: make(map[string]*flight),
-		genTTL:  life + cfg.LockTTL + time.Hour,
-		ctx:     ctx,
-		cancel:  cancel,
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "coordinator"),
+		l1:       cache,
+		clients:  make(map[string]*upstream.Client),
+		m:        observe.OrNop(opt.Metrics),
+		tr:       newTracer(opt.TracerProvider),
+		flights:  make(map[string]*flight),
+		genTTL:   life + cfg.LockTTL + time.Hour,
+		scopeKey: newScopeKey(cfg.CredentialScopeKey),
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 	tr := opt.Transport
 	if tr == nil {
@@ -581,7 +586,7 @@ func (c *Coordinator) recheck(f *flight, l lease) *Result {
 func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
-	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass()}
+	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header()}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
@@ -650,10 +655,11 @@ func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result)
 	case code == http.StatusNotModified && stale != nil:
 		// Revalidated: the stale body is fresh again, without a transfer.
 		old := stale.Doc
-		l, store := freshness(up).Lifetime(resp.Header, now)
+		l, store := freshness(t).Lifetime(resp.Header, now)
 		d := &document.Document{
-			Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: old.StatusCode,
+			Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.docTenant(), Scope: t.scope, StatusCode: old.StatusCode,
 			ContentType: old.ContentType, ETag: old.ETag, LastModified: old.LastModified,
+			Header:    document.MergeHeaders(old.Header, document.KeepHeaders(resp.Header)),
 			FetchedAt: now, Body: old.Body,
 		}
 		l.Apply(d)
@@ -662,14 +668,15 @@ func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result)
 		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
 	}
 	d := &document.Document{
-		Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.tenant, StatusCode: code,
+		Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.docTenant(), Scope: t.scope, StatusCode: code,
 		ContentType: resp.Header.Get("Content-Type"), ETag: resp.Header.Get("ETag"),
-		LastModified: resp.Header.Get("Last-Modified"), FetchedAt: now, Body: resp.Body,
+		LastModified: resp.Header.Get("Last-Modified"), Header: document.KeepHeaders(resp.Header),
+		FetchedAt: now, Body: resp.Body,
 	}
 	d.DropBadHeaders()
 	switch {
 	case code/100 == 2:
-		l, store := freshness(up).Lifetime(resp.Header, now)
+		l, store := freshness(t).Lifetime(resp.Header, now)
 		l.Apply(d)
 		return d, store, nil
 	case code == http.StatusNotFound || code == http.StatusGone:
@@ -731,7 +738,9 @@ func (c *Coordinator) Invalidate(ctx context.Context, t Target) (bool, error) {
 	return c.co.invalidate(ctx, t.id, c.genTTL)
 }
 
-// freshness is what up's configuration says of its documents' lifetimes.
-func freshness(up *Upstream) document.Freshness {
-	return document.Freshness{TTL: up.TTL, StaleTTL: up.StaleTTL, MinTTL: up.Protection.MinTTL, MaxTTL: up.Protection.MaxTTL}
+// freshness is what t's upstream's configuration says of its documents'
+// lifetimes, and whether t's copy is private to its credential scope.
+func freshness(t Target) document.Freshness {
+	up := t.upstream
+	return document.Freshness{TTL: up.TTL, StaleTTL: up.StaleTTL, MinTTL: up.Protection.MinTTL, MaxTTL: up.Protection.MaxTTL, Private: t.scoped}
 }

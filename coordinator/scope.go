@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"fmt"
+
+	"github.com/coordd/coordd/internal/upstream"
 	"regexp"
 	"slices"
 )
@@ -11,9 +13,10 @@ import (
 // upstreams that tenant may use. The zero Scope is the default tenant with
 // every upstream: coordd without authentication.
 //
-// Two tenants asking for the same url get two documents, each filled by
-// its own upstream fetch; one tenant's Invalidate never touches the
-// other's copy.
+// Two tenants asking for the same url with the same credential share one
+// fetch and one document; with different credentials (see Credentials)
+// they never share. A custom key is the tenant's own: another tenant
+// neither reads, fills nor invalidates it.
 type Scope struct {
 	// Tenant names the namespace. "" is the default tenant, whose cache
 	// ids are those of a coordd without tenants. Others must match
@@ -22,6 +25,10 @@ type Scope struct {
 	// Upstreams are the names of the upstreams the tenant may use. Nil:
 	// all of them. Non-nil and empty: none.
 	Upstreams []string
+	// Credentials are the tenant's own credentials, by upstream name:
+	// its calls to that upstream send it instead of the upstream's. Each
+	// must have been loaded (upstream.Credential.Load).
+	Credentials map[string]*upstream.Credential
 }
 
 // TenantNamePattern is the regular expression a non-empty Scope.Tenant

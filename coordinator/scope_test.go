@@ -22,9 +22,9 @@ func TestResolveIn(t *testing.T) {
 	}{
 		{name: "default tenant keeps today's ids", url: mdnURL, wantID: mdnURL},
 		{name: "default tenant custom key", url: mdnURL, key: "k", wantID: "key/mdn/k"},
-		{name: "tenant prefixes the id", scope: Scope{Tenant: "team-a"}, url: mdnURL, wantID: "t/team-a/" + mdnURL},
+		{name: "tenants share a url's id", scope: Scope{Tenant: "team-a"}, url: mdnURL, wantID: mdnURL},
 		{name: "tenant custom key", scope: Scope{Tenant: "team-a"}, url: mdnURL, key: "k", wantID: "t/team-a/key/mdn/k"},
-		{name: "granted", scope: Scope{Tenant: "b", Upstreams: []string{"mdn"}}, url: mdnURL, wantID: "t/b/" + mdnURL},
+		{name: "granted", scope: Scope{Tenant: "b", Upstreams: []string{"mdn"}}, url: mdnURL, wantID: mdnURL},
 		{name: "not granted", scope: Scope{Tenant: "b", Upstreams: []string{"local"}}, url: mdnURL, want: ErrForbidden},
 		{name: "granted none", scope: Scope{Tenant: "b", Upstreams: []string{}}, url: mdnURL, want: ErrForbidden},
 		{name: "outside every upstream", scope: Scope{Tenant: "b"}, url: "https://evil.example/", want: ErrForbidden},
@@ -49,12 +49,18 @@ func TestResolveIn(t *testing.T) {
 	}
 }
 
-// TestScopeServes: a document filled for one tenant never answers for
-// another tenant's target of the same url and key.
+// TestScopeServes: a document filled for one tenant's custom key never
+// answers for another tenant's target of the same url and key; a url's
+// document, the upstream's answer to it, answers every tenant.
 func TestScopeServes(t *testing.T) {
 	c := newTestCoordinator(t, Config{Upstreams: []Upstream{{Name: "mdn", BaseURL: "https://developer.mozilla.org"}}})
 	const u = "https://developer.mozilla.org/a"
-	for _, key := range []string{"", "k"} {
+	a, _ := c.ResolveIn(Scope{Tenant: "a"}, u, "")
+	b, _ := c.ResolveIn(Scope{Tenant: "b"}, u, "")
+	if d := (&Document{Key: a.Key, URL: a.URL, Upstream: "mdn", Tenant: a.docTenant()}); !b.serves(d) || a.flightKey() != b.flightKey() {
+		t.Errorf("tenant a's document of a url does not serve tenant b, or their flights differ")
+	}
+	for _, key := range []string{"k"} {
 		a, _ := c.ResolveIn(Scope{Tenant: "a"}, u, key)
 		b, _ := c.ResolveIn(Scope{Tenant: "b"}, u, key)
 		def, _ := c.ResolveIn(Scope{}, u, key)
@@ -88,7 +94,7 @@ func TestResolveInvalidationIn(t *testing.T) {
 		{name: "key with no upstream granted", scope: Scope{Tenant: "a", Upstreams: []string{}}, key: "k", want: ErrForbidden},
 		{name: "url not granted", scope: Scope{Tenant: "a", Upstreams: []string{"local"}}, url: "https://developer.mozilla.org/a", want: ErrForbidden},
 		{name: "url-shaped key not granted", scope: Scope{Tenant: "a", Upstreams: []string{"local"}}, key: "https://developer.mozilla.org/a", want: ErrForbidden},
-		{name: "url granted", scope: Scope{Tenant: "a", Upstreams: []string{"mdn"}}, url: "https://developer.mozilla.org/a", wantIDs: []string{"t/a/https://developer.mozilla.org/a"}},
+		{name: "url granted", scope: Scope{Tenant: "a", Upstreams: []string{"mdn"}}, url: "https://developer.mozilla.org/a", wantIDs: []string{"https://developer.mozilla.org/a"}},
 		{name: "default tenant", key: "k", wantIDs: []string{"key/mdn/k", "key/local/k"}},
 		{name: "bad tenant", scope: Scope{Tenant: "../x"}, key: "k", want: ErrInvalidArgument},
 	}

@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -24,7 +26,15 @@ type Target struct {
 	id       string // cache id (see document.ID)
 	tenant   string // Scope.Tenant
 	upstream *Upstream
+	scope    string      // Document.Scope: credential scope and variant
+	scoped   bool        // a credential is sent: the copy is this scope's only
+	cred     credential  // sent upstream; zero: none
+	fwd      http.Header // forwarded headers, normalised; nil: none
 }
+
+// Private reports whether t's document is cached for its credential
+// scope only: a credential is sent upstream.
+func (t Target) Private() bool { return t.scoped }
 
 // Upstream returns the name of the target's upstream.
 func (t Target) Upstream() string { return t.upstream.Name }
@@ -38,18 +48,26 @@ func (c *Coordinator) Resolve(rawURL, key string) (Target, error) {
 	return c.ResolveIn(Scope{}, rawURL, key)
 }
 
-// ResolveIn validates rawURL and key and finds the upstream rawURL belongs
-// to, which s must grant. It does no I/O. Errors wrap ErrInvalidArgument or
-// ErrForbidden (outside every upstream, or an upstream s does not grant).
+// ResolveIn is ResolveRequest for a url and key alone.
 func (c *Coordinator) ResolveIn(s Scope, rawURL, key string) (Target, error) {
+	return c.ResolveRequest(s, Request{URL: rawURL, Key: key})
+}
+
+// ResolveRequest validates r and finds the upstream its url belongs to,
+// which s must grant, the credential its fetch sends (r's own, else the
+// tenant's for that upstream, else the upstream's) and the headers it
+// forwards. It does no I/O. Errors wrap ErrInvalidArgument or ErrForbidden
+// (outside every upstream, an upstream s does not grant, or a caller's
+// credential that the upstream does not accept); none quotes a credential.
+func (c *Coordinator) ResolveRequest(s Scope, r Request) (Target, error) {
 	if err := s.validate(); err != nil {
 		return Target{}, err
 	}
-	u, err := upstream.CanonicalURL(rawURL)
+	u, err := upstream.CanonicalURL(r.URL)
 	if err != nil {
 		return Target{}, err
 	}
-	if err := checkKey(key); err != nil {
+	if err := checkKey(r.Key); err != nil {
 		return Target{}, err
 	}
 	up := c.match(u)
@@ -59,12 +77,48 @@ func (c *Coordinator) ResolveIn(s Scope, rawURL, key string) (Target, error) {
 	if !s.grants(up.Name) {
 		return Target{}, notGranted(s, up.Name)
 	}
-	t := Target{URL: u.String(), Key: key, tenant: s.Tenant, upstream: up}
+	t := Target{URL: u.String(), Key: r.Key, tenant: s.Tenant, upstream: up}
 	if t.Key == "" {
 		t.Key = t.URL
 	}
-	t.id = document.ID(s.Tenant, up.Name, t.URL, t.Key)
+	if err := c.scopeTarget(&t, s, r); err != nil {
+		return Target{}, err
+	}
 	return t, nil
+}
+
+// scopeTarget gives t (its url, key and upstream set) the credential,
+// forwarded headers and cache id that r asks for in s.
+func (c *Coordinator) scopeTarget(t *Target, s Scope, r Request) error {
+	up := t.upstream
+	if !r.Credential.IsZero() {
+		if !up.CallerCredentials {
+			return fmt.Errorf("%w: upstream %q does not accept caller credentials", ErrForbidden, up.Name)
+		}
+		if err := upstream.CheckCredential(r.Credential.Reveal()); err != nil {
+			return invalid("credential %v", err)
+		}
+	}
+	v, err := forwarded(up, r.Header)
+	if err != nil {
+		return err
+	}
+	t.cred = credentialFor(s, up, r.Credential)
+	t.fwd = v.header
+	sid := c.scopeKey.scopeID(up, t.cred)
+	t.scoped = sid != ""
+	t.scope = joinScope(sid, v.id)
+	t.id = document.ID(s.Tenant, t.scope, up.Name, t.URL, t.Key)
+	return nil
+}
+
+// docTenant is the tenant a Document of t records: t's for a custom key,
+// "" for a url, whose id no tenant owns (see document.ID).
+func (t Target) docTenant() string {
+	if t.Key != t.URL {
+		return t.tenant
+	}
+	return ""
 }
 
 // ResolveInvalidationIn validates what an Invalidate names and returns the
@@ -76,9 +130,17 @@ func (c *Coordinator) ResolveIn(s Scope, rawURL, key string) (Target, error) {
 // in every upstream s grants, each its own namespace (ErrForbidden if s
 // grants none).
 func (c *Coordinator) ResolveInvalidationIn(s Scope, rawURL, key string) ([]Target, error) {
+	return c.ResolveInvalidation(s, Request{URL: rawURL, Key: key})
+}
+
+// ResolveInvalidation is ResolveInvalidationIn for a Request: its headers
+// and credential name the variant and credential scope removed, as
+// ResolveRequest finds them for a Get.
+func (c *Coordinator) ResolveInvalidation(s Scope, r Request) ([]Target, error) {
+	rawURL, key := r.URL, r.Key
 	switch {
 	case rawURL != "":
-		t, err := c.ResolveIn(s, rawURL, key)
+		t, err := c.ResolveRequest(s, r)
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +148,7 @@ func (c *Coordinator) ResolveInvalidationIn(s Scope, rawURL, key string) ([]Targ
 	case key == "":
 		return nil, invalid("url and key are empty")
 	case strings.HasPrefix(strings.ToLower(key), "http://") || strings.HasPrefix(strings.ToLower(key), "https://"):
-		t, err := c.ResolveIn(s, key, "")
+		t, err := c.ResolveRequest(s, Request{URL: key, Header: r.Header, Credential: r.Credential})
 		if err != nil {
 			return nil, err
 		}
@@ -101,9 +163,17 @@ func (c *Coordinator) ResolveInvalidationIn(s Scope, rawURL, key string) ([]Targ
 	var ts []Target
 	for i := range c.cfg.Upstreams {
 		up := &c.cfg.Upstreams[i]
-		if s.grants(up.Name) {
-			ts = append(ts, Target{Key: key, id: document.ID(s.Tenant, up.Name, "", key), tenant: s.Tenant, upstream: up})
+		if !s.grants(up.Name) {
+			continue
 		}
+		t := Target{Key: key, tenant: s.Tenant, upstream: up}
+		if err := c.scopeTarget(&t, s, r); err != nil {
+			if errors.Is(err, ErrForbidden) {
+				continue // a caller credential this upstream refuses names nothing in it
+			}
+			return nil, err
+		}
+		ts = append(ts, t)
 	}
 	if len(ts) == 0 {
 		return nil, fmt.Errorf("%w: tenant %q is granted no upstream", ErrForbidden, s.Tenant)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // MinTokenBytes is the shortest bearer token NewAuth accepts: 16 bytes,
@@ -38,6 +40,10 @@ type Tenant struct {
 	Upstreams []string
 	// Admin allows the tenant to call Invalidate (on its own namespace).
 	Admin bool
+	// Credentials are the tenant's own credentials, by upstream name,
+	// loaded (upstream.Credential.Load): its calls to that upstream send
+	// them instead of the upstream's (coordinator.Scope.Credentials).
+	Credentials map[string]*upstream.Credential
 }
 
 // Auth authenticates calls to CoordinatorService by bearer token and gives
@@ -87,7 +93,7 @@ func NewAuth(tenants []Tenant) (*Auth, error) {
 		if len(t.Tokens) == 0 {
 			return nil, fmt.Errorf("%s.tokens: none given", field)
 		}
-		p := &principal{scope: coordinator.Scope{Tenant: t.Name, Upstreams: slices.Clone(t.Upstreams)}, admin: t.Admin}
+		p := &principal{scope: coordinator.Scope{Tenant: t.Name, Upstreams: slices.Clone(t.Upstreams), Credentials: maps.Clone(t.Credentials)}, admin: t.Admin}
 		for j, tok := range t.Tokens {
 			if len(tok) < MinTokenBytes {
 				return nil, fmt.Errorf("%s.tokens[%d]: %d bytes; want at least %d", field, j, len(tok), MinTokenBytes)

@@ -22,7 +22,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/document"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/secret"
 )
 
 // The HTTP door: plain HTTP for callers that cannot hold a gRPC stream
@@ -57,7 +59,46 @@ const (
 	// HTTPRequestIDHeader is the call's request id, as RequestIDHeader
 	// over gRPC.
 	HTTPRequestIDHeader = "X-Request-Id"
+	// HTTPCredentialHeader carries a caller's own credential for the
+	// upstream (GetOrFetchRequest.credential): Authorization is the
+	// tenant's token at this door.
+	HTTPCredentialHeader = "X-Coordd-Credential"
 )
+
+// doorSets are the response headers the door sets itself, never copied
+// from the upstream's.
+var doorSets = map[string]bool{
+	"Content-Type": true, "Etag": true, "Last-Modified": true, "Cache-Control": true, "Age": true,
+	"Content-Length": true, "X-Content-Type-Options": true, HTTPSourceHeader: true, HTTPKeyHeader: true,
+	HTTPRequestIDHeader: true, "Connection": true, "Date": true,
+}
+
+// cacheControl is the Cache-Control the door sends with d, so that a
+// cache between it and the caller keeps d no longer than coordd serves
+// it fresh: max-age is d's fresh lifetime (with Age, what is left of it),
+// private when d is one credential scope's, and no-cache or
+// must-revalidate as d's Revalidation says. A copy that was never fresh,
+// or is not stored, is no-store.
+func cacheControl(d *document.Document, now time.Time, private bool) string {
+	life := d.FreshUntil.Sub(d.FetchedAt)
+	if life <= 0 || !d.StaleUntil.After(d.FetchedAt) {
+		if private {
+			return "private, no-store"
+		}
+		return "no-store"
+	}
+	cc := "max-age=" + strconv.FormatInt(int64(life/time.Second), 10)
+	if private {
+		cc = "private, " + cc
+	}
+	switch d.Revalidation {
+	case document.RevalidateBeforeUse:
+		cc += ", no-cache"
+	case document.RevalidateStrictly:
+		cc += ", must-revalidate"
+	}
+	return cc
+}
 
 // maxInvalidateBody bounds the body of an invalidation request.
 const maxInvalidateBody = 8 << 10
@@ -195,7 +236,13 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			return status.Errorf(codes.InvalidArgument, "no_stale %q must be true or false", v)
 		}
 	}
-	t, err := h.s.c.ResolveIn(p.scope, q.Get("url"), q.Get("key"))
+	if len(r.Header) > maxRequestHeaders {
+		return status.Errorf(codes.InvalidArgument, "headers: %d; at most %d", len(r.Header), maxRequestHeaders)
+	}
+	t, err := h.s.c.ResolveRequest(p.scope, coordinator.Request{
+		URL: q.Get("url"), Key: q.Get("key"), Header: r.Header,
+		Credential: secret.New(r.Header.Get(HTTPCredentialHeader)),
+	})
 	if err != nil {
 		return toStatus(err)
 	}
@@ -211,13 +258,20 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	d := res.Doc
 	hd := w.Header()
+	for _, f := range d.Header {
+		if !doorSets[f.Name] {
+			hd[f.Name] = append(hd[f.Name], f.Value)
+		}
+	}
+	now := h.s.c.Now()
+	hd.Set("Cache-Control", cacheControl(d, now, t.Private()))
 	source := res.Source.String()
 	if res.Stale {
 		source = "stale"
 	}
 	hd.Set(HTTPSourceHeader, source)
 	hd.Set(HTTPKeyHeader, d.Key)
-	hd.Set("Age", strconv.FormatInt(int64(d.Age(h.s.c.Now())/time.Second), 10))
+	hd.Set("Age", strconv.FormatInt(int64(d.Age(now)/time.Second), 10))
 	hd.Set("X-Content-Type-Options", "nosniff") // the upstream's type, never a sniffed one
 	if d.ContentType != "" {
 		hd.Set("Content-Type", d.ContentType)
@@ -273,7 +327,7 @@ func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *htt
 		}
 		url, key = orString(r.PostForm.Get("url"), url), orString(r.PostForm.Get("key"), key)
 	}
-	resp, err := h.s.invalidate(ctx, p, url, key)
+	resp, err := h.s.invalidate(ctx, p, coordinator.Request{URL: url, Key: key, Header: r.Header, Credential: secret.New(r.Header.Get(HTTPCredentialHeader))})
 	if err != nil {
 		return err
 	}

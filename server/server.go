@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -20,11 +21,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/document"
 	"github.com/coordd/coordd/internal/drain"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/secret"
 )
 
 // RedisHealthService is the health-service name whose status reports the
@@ -233,14 +237,15 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	if err != nil {
 		return err
 	}
-	t, err := s.c.ResolveIn(p.scope, req.GetUrl(), req.GetKey())
+	r, err := request(req.GetUrl(), req.GetKey(), req.GetHeaders(), req.GetCredential())
+	if err != nil {
+		return err
+	}
+	t, err := s.c.ResolveRequest(p.scope, r)
 	if err != nil {
 		return toStatus(err)
 	}
 	logctx.Add(stream.Context(), "key", t.Key)
-	if req.GetCredential() != "" {
-		return status.Errorf(codes.PermissionDenied, "upstream %q does not accept caller credentials", t.Upstream())
-	}
 	var maxAge time.Duration
 	if req.GetMaxAge() != nil {
 		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
@@ -274,6 +279,8 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		Etag:         d.ETag,
 		LastModified: d.LastModified,
 		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
+		Headers:      headersPB(d.Header),
+		Private:      t.Private(),
 	}
 	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
 		return sendFailed(ctx, err)
@@ -300,15 +307,19 @@ func (s *Server) Invalidate(ctx context.Context, req *coorddv1.InvalidateRequest
 	if err != nil {
 		return nil, err
 	}
-	return s.invalidate(ctx, p, req.GetUrl(), req.GetKey())
+	r, err := request(req.GetUrl(), req.GetKey(), req.GetHeaders(), req.GetCredential())
+	if err != nil {
+		return nil, err
+	}
+	return s.invalidate(ctx, p, r)
 }
 
 // invalidate is Invalidate for p, over gRPC or HTTP.
-func (s *Server) invalidate(ctx context.Context, p *principal, url, key string) (*coorddv1.InvalidateResponse, error) {
+func (s *Server) invalidate(ctx context.Context, p *principal, r coordinator.Request) (*coorddv1.InvalidateResponse, error) {
 	if !p.admin {
 		return nil, status.Errorf(codes.PermissionDenied, "tenant %q may not invalidate: it has no admin right", p.scope.Tenant)
 	}
-	ts, err := s.c.ResolveInvalidationIn(p.scope, url, key)
+	ts, err := s.c.ResolveInvalidation(p.scope, r)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -347,4 +358,40 @@ func progressPB(p coordinator.Progress) *coorddv1.Progress {
 		pb.Wait = durationpb.New(p.Wait)
 	}
 	return pb
+}
+
+// maxRequestHeaders bounds the headers one call may carry, forwarded or
+// not: a drop-in HTTP client sends a dozen.
+const maxRequestHeaders = 256
+
+// request is the engine's Request for a call's fields. Headers over
+// maxRequestHeaders, or with a name that is no header name, are
+// INVALID_ARGUMENT; the engine checks the values of those it forwards.
+func request(url, key string, hs []*coorddv1.Header, credential string) (coordinator.Request, error) {
+	r := coordinator.Request{URL: url, Key: key, Credential: secret.New(credential)}
+	if len(hs) > maxRequestHeaders {
+		return r, status.Errorf(codes.InvalidArgument, "headers: %d; at most %d", len(hs), maxRequestHeaders)
+	}
+	if len(hs) > 0 {
+		r.Header = make(http.Header, len(hs))
+		for _, h := range hs {
+			if !httpguts.ValidHeaderFieldName(h.GetName()) {
+				return r, status.Errorf(codes.InvalidArgument, "headers: %.64q is not a header name", h.GetName())
+			}
+			r.Header.Add(h.GetName(), h.GetValue())
+		}
+	}
+	return r, nil
+}
+
+// headersPB is a document's kept response headers on the wire.
+func headersPB(hs []document.Header) []*coorddv1.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*coorddv1.Header, len(hs))
+	for i, h := range hs {
+		out[i] = &coorddv1.Header{Name: h.Name, Value: h.Value}
+	}
+	return out
 }

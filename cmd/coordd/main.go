@@ -298,6 +298,9 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 		return err
 	}
 	cfg.Logger = log
+	if err := fc.scopeKey(&cfg); err != nil {
+		return err
+	}
 	traceSettings, err := fc.Tracing.settings(os.Getenv)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
 )
 
@@ -43,6 +47,11 @@ type securityConfig struct {
 	// password (AUTH, or the ACL user's, with the user from the URL); it
 	// overrides a password in the URL. Default: the URL's, if any.
 	RedisPasswordEnv string `yaml:"redis_password_env"`
+	// CredentialScopeKeyEnv names the environment variable holding the
+	// fleet-wide secret (at least 16 bytes) that keys the cache ids of
+	// documents fetched with a credential (coordinator.Config.CredentialScopeKey).
+	// Required with Redis once any credential exists. Default: none.
+	CredentialScopeKeyEnv string `yaml:"credential_scope_key_env"`
 }
 
 // tenantConfig is one tenant. Its tokens come from any of tokens_env,
@@ -63,6 +72,10 @@ type tenantConfig struct {
 	Upstreams []string `yaml:"upstreams"`
 	// Admin allows the tenant to Invalidate its own documents. Default: false.
 	Admin bool `yaml:"admin"`
+	// Credentials are the tenant's own credentials, by upstream name (an
+	// upstream it is granted): its calls send them instead of the
+	// upstream's credential.
+	Credentials map[string]*upstream.Credential `yaml:"credentials"`
 }
 
 // tlsConfig is the gRPC listener's TLS.
@@ -88,7 +101,7 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 		sopts = append(sopts, server.WithReflection(*sc.Reflection))
 	}
 	if len(sc.Tenants) > 0 {
-		tenants, err := sc.tenants(upstreams)
+		tenants, err := sc.tenants(upstreams, log)
 		if err != nil {
 			return nil, nil, nil, nil, err
 		}
@@ -133,8 +146,8 @@ func withHTTP1(cfg *tls.Config) *tls.Config {
 	return out
 }
 
-// tenants reads every tenant's tokens and checks its grant.
-func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
+// tenants reads every tenant's tokens and credentials and checks its grant.
+func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]server.Tenant, error) {
 	var out []server.Tenant
 	for i, tc := range sc.Tenants {
 		field := fmt.Sprintf("config: tenants[%d] (%s)", i, tc.Name)
@@ -155,6 +168,26 @@ func (sc *securityConfig) tenants(upstreams []string) ([]server.Tenant, error) {
 				}
 			}
 			t.Upstreams = slices.Clone(tc.Upstreams)
+		}
+		names := slices.Sorted(maps.Keys(tc.Credentials))
+		for _, u := range names {
+			cred := tc.Credentials[u]
+			cf := fmt.Sprintf("%s.credentials.%s", field, u)
+			switch {
+			case !slices.Contains(upstreams, u):
+				return nil, fmt.Errorf("%s: no upstream is named %q", cf, u)
+			case t.Upstreams != nil && !slices.Contains(t.Upstreams, u):
+				return nil, fmt.Errorf("%s: the tenant is not granted upstream %q", cf, u)
+			case cred == nil:
+				return nil, fmt.Errorf("%s: empty; give header and value_env or value_file", cf)
+			}
+			if err := cred.Load(cf, log.With("component", "credentials")); err != nil {
+				return nil, err
+			}
+			if t.Credentials == nil {
+				t.Credentials = map[string]*upstream.Credential{}
+			}
+			t.Credentials[u] = cred
 		}
 		out = append(out, t)
 	}
@@ -420,4 +453,36 @@ func loadCAs(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s: no PEM certificate found", path)
 	}
 	return pool, nil
+}
+
+// hasTenantCredentials reports whether any tenant binds a credential.
+func (sc *securityConfig) hasTenantCredentials() bool {
+	for _, tc := range sc.Tenants {
+		if len(tc.Credentials) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// scopeKey reads credential_scope_key_env into cfg, and refuses a Redis
+// configuration without it once any credential exists: instances with
+// different keys would never find each other's copies, and without one
+// each draws its own.
+func (fc *fileConfig) scopeKey(cfg *coordinator.Config) error {
+	if env := fc.CredentialScopeKeyEnv; env != "" {
+		v, ok := os.LookupEnv(env)
+		switch {
+		case !ok || v == "":
+			return fmt.Errorf("config: credential_scope_key_env: the environment variable %s is not set", env)
+		case len(v) < 16:
+			return fmt.Errorf("config: credential_scope_key_env: the value of %s is shorter than 16 bytes", env)
+		}
+		cfg.CredentialScopeKey = secret.New(v)
+	}
+	redis := fc.Redis != "" || len(fc.RedisCluster) > 0 || fc.RedisSentinel != nil
+	if redis && cfg.CredentialScopeKey.IsZero() && (cfg.NeedsScopeKey() || fc.hasTenantCredentials()) {
+		return fmt.Errorf("config: credential_scope_key_env: required with Redis once an upstream or a tenant has a credential (or caller_credentials), so that every instance finds the same cache ids")
+	}
+	return nil
 }

@@ -11,10 +11,17 @@ import (
 // built: Body and every field are shared, without copies, by L1, the flight
 // and every caller that streams it. Callers must not modify it.
 type Document struct {
-	Key          string // cache key
-	URL          string // canonical url fetched
-	Upstream     string // upstream name
-	Tenant       string // tenant whose namespace it is cached in (Scope.Tenant); "" the default
+	Key      string // cache key
+	URL      string // canonical url fetched
+	Upstream string // upstream name
+	Tenant   string // tenant whose namespace a custom key is cached in; "" the default, and for every url id
+	// Scope is the credential scope and request variant the document
+	// answers ("s/<scope id>", "v/<variant>", both, or "" for a public
+	// request without forwarded headers): part of its cache id (see ID).
+	Scope string
+	// Header holds the upstream's end-to-end response headers (see
+	// KeepHeaders), sorted by name.
+	Header       []Header
 	StatusCode   int
 	ContentType  string
 	ETag         string
@@ -107,26 +114,36 @@ func (d *Document) Age(now time.Time) time.Duration {
 }
 
 // Version is the encoding's version. Version 2 added Revalidation,
-// version 3 Tenant, version 4 WhileRevalidateUntil and IfErrorUntil;
+// version 3 Tenant, version 4 WhileRevalidateUntil and IfErrorUntil,
+// version 5 Scope and Header;
 // copies of older versions, cached by an older coordd, still decode (as
 // RevalidateInBackground, the default tenant, no RFC 5861 windows).
-const Version = 4
+const Version = 5
 
 // ErrBadEncoding reports bytes that Decode cannot read as a Document.
 var ErrBadEncoding = errors.New("document: bad encoding")
 
 // Encode serialises d for L1 and L2: a version byte, length-prefixed
 // strings, varint integers and times, Revalidation, Tenant (length-prefixed),
-// the RFC 5861 windows if either is set (version 4; else version 3), then
-// the body as the rest. Hand-rolled rather than JSON or gob so that the body is neither
+// the RFC 5861 windows if either is set (version 4; else version 3), Scope
+// and Header if either is set (version 5, windows always), then the body
+// as the rest. Hand-rolled rather than JSON or gob so that the body is neither
 // base64-encoded nor copied more than once.
 func (d *Document) Encode() []byte {
 	n := 1 + 6*binary.MaxVarintLen64 + 5*binary.MaxVarintLen64 + len(d.Key) + len(d.URL) + len(d.Upstream) +
 		len(d.ContentType) + len(d.ETag) + len(d.LastModified) + len(d.Tenant) + len(d.Body) + 8*binary.MaxVarintLen64
+	for _, h := range d.Header {
+		n += 2*binary.MaxVarintLen64 + len(h.Name) + len(h.Value)
+	}
+	n += binary.MaxVarintLen64 + len(d.Scope)
 	version := byte(Version)
-	windows := !d.WhileRevalidateUntil.IsZero() || !d.IfErrorUntil.IsZero()
-	if !windows {
-		version = 3 // what a coordd of the previous version reads, during a rolling upgrade
+	v5 := d.Scope != "" || len(d.Header) > 0
+	windows := v5 || !d.WhileRevalidateUntil.IsZero() || !d.IfErrorUntil.IsZero()
+	switch {
+	case !windows:
+		version = 3 // what a coordd of two versions ago reads, during a rolling upgrade
+	case !v5:
+		version = 4
 	}
 	b := make([]byte, 0, n)
 	b = append(b, version)
@@ -148,6 +165,17 @@ func (d *Document) Encode() []byte {
 				ns = t.UnixNano()
 			}
 			b = binary.AppendVarint(b, ns)
+		}
+	}
+	if v5 {
+		b = binary.AppendUvarint(b, uint64(len(d.Scope)))
+		b = append(b, d.Scope...)
+		b = binary.AppendUvarint(b, uint64(len(d.Header)))
+		for _, h := range d.Header {
+			for _, s := range []string{h.Name, h.Value} {
+				b = binary.AppendUvarint(b, uint64(len(s)))
+				b = append(b, s...)
+			}
 		}
 	}
 	return append(b, d.Body...)
@@ -210,7 +238,39 @@ func Decode(b []byte) (*Document, error) {
 			b = b[k:]
 		}
 	}
+	var scope string
+	var header []Header
+	if version >= 5 {
+		str := func() (string, bool) {
+			n, k := binary.Uvarint(b)
+			if k <= 0 || uint64(len(b)-k) < n {
+				return "", false
+			}
+			s := string(b[k : k+int(n)])
+			b = b[k+int(n):]
+			return s, true
+		}
+		var ok bool
+		if scope, ok = str(); !ok {
+			return nil, ErrBadEncoding
+		}
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > maxHeaders {
+			return nil, ErrBadEncoding
+		}
+		b = b[k:]
+		header = make([]Header, n)
+		for i := range header {
+			name, ok1 := str()
+			value, ok2 := str()
+			if !ok1 || !ok2 {
+				return nil, ErrBadEncoding
+			}
+			header[i] = Header{name, value}
+		}
+	}
 	d := &Document{
+		Scope: scope, Header: header,
 		WhileRevalidateUntil: windows[0], IfErrorUntil: windows[1],
 		Key: fields[0], URL: fields[1], Upstream: fields[2], Tenant: tenant,
 		ContentType: fields[3], ETag: fields[4], LastModified: fields[5],

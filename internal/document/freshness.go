@@ -16,6 +16,10 @@ type Freshness struct {
 	// MinTTL and MaxTTL bound a positive fresh lifetime that Cache-Control
 	// sets.
 	MinTTL, MaxTTL time.Duration
+	// Private says that the copy is cached for one credential scope only
+	// (see ID), where an answer marked private (RFC 9111 5.2.2.7) may be
+	// stored: the scope is the one user the upstream answered.
+	Private bool
 }
 
 // Lifetime returns how long a 2xx answer (or a 304 revalidating one) with
@@ -23,8 +27,11 @@ type Freshness struct {
 // done with it once stale, and whether it may be stored at all. The
 // upstream's Cache-Control decides when it says:
 //
-//   - no-store and private: delivered but not stored (coordd is a shared
-//     cache).
+//   - no-store, and Vary: * (no later request can be known to match):
+//     delivered but not stored.
+//
+//   - private: delivered but not stored, unless the copy is Private to
+//     one credential scope.
 //
 //   - no-cache (unqualified), or a zero s-maxage, else max-age: fresh for
 //     0, so revalidated before every use; kept for the stale window only
@@ -46,7 +53,7 @@ type Freshness struct {
 // window is empty is not stored.
 func (u Freshness) Lifetime(h http.Header, now time.Time) (l Lifetime, store bool) {
 	cc := parseCacheControl(h.Values("Cache-Control"))
-	if cc.noStore {
+	if cc.noStore || (cc.private && !u.Private) || varyAll(h.Values("Vary")) {
 		return Lifetime{Fresh: now, Stale: now}, false
 	}
 	ttl := u.TTL
@@ -87,7 +94,8 @@ func (l Lifetime) Apply(d *Document) {
 type cacheControl struct {
 	age            time.Duration // s-maxage, else max-age, when hasAge
 	hasAge         bool
-	noStore        bool          // no-store or private
+	noStore        bool          // no-store
+	private        bool          // private (unqualified or not)
 	noCache        bool          // unqualified no-cache
 	mustRevalidate bool          // must-revalidate or proxy-revalidate
 	swr, sie       time.Duration // stale-while-revalidate, stale-if-error, when hasSWR, hasSIE
@@ -105,8 +113,10 @@ func parseCacheControl(lines []string) cacheControl {
 			name = strings.ToLower(strings.TrimSpace(name))
 			val = strings.Trim(strings.TrimSpace(val), `"`)
 			switch name {
-			case "no-store", "private":
+			case "no-store":
 				cc.noStore = true
+			case "private":
+				cc.private = true
 			case "no-cache":
 				// no-cache="Set-Cookie" only forbids reusing the listed
 				// header fields, none of which coordd keeps.
@@ -142,4 +152,16 @@ func seconds(val string) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(min(secs, int64(1<<33))) * time.Second, true
+}
+
+// varyAll reports whether Vary lists "*".
+func varyAll(lines []string) bool {
+	for _, line := range lines {
+		for f := range strings.SplitSeq(line, ",") {
+			if strings.TrimSpace(f) == "*" {
+				return true
+			}
+		}
+	}
+	return false
 }

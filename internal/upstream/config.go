@@ -11,6 +11,7 @@ package upstream
 import (
 	"fmt"
 	"math"
+	"net/http"
 	"net/url"
 	"regexp"
 	"time"
@@ -216,10 +217,28 @@ type Config struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// NegativeTTL is how long a 404 or 410 is cached. Default: 1m.
 	NegativeTTL time.Duration `yaml:"negative_ttl"`
+	// Credential, when set, is sent on every request to this upstream
+	// (and on redirects, which are followed only within BaseURL). Callers
+	// sharing it share fetches and cached copies; see docs/apis.md.
+	Credential *Credential `yaml:"credential"`
+	// RequestHeaders are sent on every request (User-Agent, a default
+	// Accept, an API-version header). A forwarded header overrides one.
+	RequestHeaders map[string]string `yaml:"request_headers"`
+	// ForwardHeaders lists the request headers a caller may set (Accept,
+	// Accept-Language, X-GitHub-Api-Version): they are sent upstream and
+	// are part of the cache id. Every other header a caller sends is
+	// dropped.
+	ForwardHeaders []string `yaml:"forward_headers"`
+	// CallerCredentials lets a call carry its own credential, sent in
+	// CredentialHeader for that call's fetch and never stored. Default:
+	// false (a call carrying one is refused).
+	CallerCredentials bool `yaml:"caller_credentials"`
 	// Protection configures retries, the breaker and the rate limit.
 	Protection Protection `yaml:",inline"`
 
-	base *url.URL // parsed BaseURL, canonical, its trailing "/" kept
+	base           *url.URL        // parsed BaseURL, canonical, its trailing "/" kept
+	requestHeaders http.Header     // RequestHeaders, canonical
+	forward        map[string]bool // ForwardHeaders, canonical
 }
 
 // Default is the upstream used when none is configured: MDN.
@@ -279,6 +298,9 @@ func Validate(u *Config, field string) error {
 		return fmt.Errorf("%s.max_body_bytes: must not be negative", field)
 	case u.NegativeTTL < 0:
 		return fmt.Errorf("%s.negative_ttl: must not be negative", field)
+	}
+	if err := prepareHeaders(u, field); err != nil {
+		return err
 	}
 	return u.Protection.validate(field)
 }

@@ -28,6 +28,11 @@ type FetchRequest struct {
 	// only if the next one is free, so that such callers cannot starve
 	// cold misses and background revalidations.
 	LowPriority bool
+	// Header holds the request headers of this fetch besides the
+	// upstream's RequestHeaders: the caller's forwarded headers and the
+	// credential. It is sent on each attempt and each redirect hop, all of
+	// which stay within the upstream's BaseURL.
+	Header http.Header
 }
 
 // Response is an upstream's answer with its body read in full.
@@ -75,6 +80,12 @@ func (f *httpFetcher) Fetch(ctx context.Context, fr FetchRequest, _ func(Event))
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	req.Header.Set("User-Agent", "coordd/1")
+	for name, vs := range f.up.requestHeaders {
+		req.Header[name] = vs
+	}
+	for name, vs := range fr.Header {
+		req.Header[name] = vs
+	}
 	if fr.ETag != "" {
 		req.Header.Set("If-None-Match", fr.ETag)
 	}

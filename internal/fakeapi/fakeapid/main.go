@@ -1,0 +1,33 @@
+// Command fakeapid serves a fakeapi.API for tests written in other
+// languages: it prints the API's base url on the first line of stdout and
+// serves until stdin closes or it is killed.
+//
+//	fakeapid -tokens alice=tok-a,bob=tok-b [-delay 100ms] [-limit 5000]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/coordd/coordd/internal/fakeapi"
+)
+
+func main() {
+	tokens := flag.String("tokens", "", "login=token pairs, separated by commas")
+	delay := flag.Duration("delay", 0, "hold every answer this long")
+	limit := flag.Int("limit", 0, "requests per login per hour (default 5000)")
+	flag.Parse()
+	opts := fakeapi.Options{Tokens: map[string]string{}, Delay: *delay, Limit: *limit}
+	for _, pair := range strings.Split(*tokens, ",") {
+		if login, tok, ok := strings.Cut(pair, "="); ok {
+			opts.Tokens[tok] = login
+		}
+	}
+	a := fakeapi.Start(opts)
+	defer a.Close()
+	fmt.Println(a.URL())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
