@@ -217,6 +217,16 @@ func TestRequestVariants(t *testing.T) {
 	if got := env.api.Total(); got != 2 {
 		t.Errorf("upstream requests = %d; want 2 (one per Accept)", got)
 	}
+	// HEAD: the metadata of the cached GET, no body.
+	h, err := coorddtest.Get(ctx, env.client(t, 1, credTokB), &coorddv1.GetOrFetchRequest{Url: readme, Head: true, Headers: js.Headers})
+	if err == nil || h.GetMeta().GetSize() == 0 || h.Chunks != 0 {
+		// coorddtest.Get checks that the body has the metadata's size: a
+		// HEAD's does not.
+		t.Fatalf("head: %v, size %d, %d chunks; want the size and no chunk", err, h.GetMeta().GetSize(), h.Chunks)
+	}
+	if got := env.api.Total(); got != 2 {
+		t.Errorf("upstream requests after HEAD = %d; want 2", got)
+	}
 	issues := env.api.URL() + "/repos/o/r/issues?per_page=30"
 	d, err := coorddtest.Get(ctx, env.client(t, 0, credTokB), &coorddv1.GetOrFetchRequest{Url: issues})
 	if err != nil {

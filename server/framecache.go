@@ -6,6 +6,7 @@ import (
 	"weak"
 
 	"github.com/coordd/coordd/coordinator"
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 )
 
 // frameCache holds the chunk frames of the Documents alive in this
@@ -20,12 +21,16 @@ type frameCache struct {
 }
 
 type frameEntry struct {
-	once sync.Once // the first caller builds fs; the others wait for it
+	once sync.Once // the first caller builds fs and hdrs; the others wait for it
 	fs   []*frame
+	hdrs []*coorddv1.Header // d's response headers, shared read-only by every metadata message
 }
 
 // get returns d's frames, built on the first call for d.
-func (c *frameCache) get(d *coordinator.Document) []*frame {
+func (c *frameCache) get(d *coordinator.Document) []*frame { return c.entry(d).fs }
+
+// entry returns d's entry, built on the first call for d.
+func (c *frameCache) entry(d *coordinator.Document) *frameEntry {
 	k := weak.Make(d)
 	v, ok := c.m.Load(k)
 	if !ok {
@@ -35,8 +40,8 @@ func (c *frameCache) get(d *coordinator.Document) []*frame {
 		}
 	}
 	e := v.(*frameEntry)
-	e.once.Do(func() { e.fs = buildFrames(d) })
-	return e.fs
+	e.once.Do(func() { e.fs, e.hdrs = buildFrames(d), headersPB(d.Header) })
+	return e
 }
 
 // drop forgets the frames of a Document that has been collected.
@@ -56,3 +61,8 @@ var framed frameCache
 // frames returns d's chunk frames, built on the first call for d and
 // shared by every later caller.
 func frames(d *coordinator.Document) []*frame { return framed.get(d) }
+
+// metaHeaders returns d's response headers for its metadata messages,
+// built once per Document: protobuf messages may be marshalled
+// concurrently as long as nobody modifies them.
+func metaHeaders(d *coordinator.Document) []*coorddv1.Header { return framed.entry(d).hdrs }

@@ -279,7 +279,7 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		Etag:         d.ETag,
 		LastModified: d.LastModified,
 		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
-		Headers:      headersPB(d.Header),
+		Headers:      metaHeaders(d),
 		Private:      t.Private(),
 	}
 	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
