@@ -664,8 +664,12 @@ func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result)
 		}
 		l.Apply(d)
 		return d, store, nil
-	case code >= 500 || code == http.StatusTooManyRequests:
-		return nil, false, fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
+	case code >= 500 || upstream.RateLimited(resp, now):
+		// A rate limit (a 429, or a 403 that says so) is the upstream
+		// asking to wait, not a document: the callers get it as an error
+		// saying how long (or the stale copy).
+		err := fmt.Errorf("%w: %s answered %d", ErrUnavailable, up.Name, code)
+		return nil, false, upstream.WithRetryAfter(err, c.clients[up.Name].Backoff(resp))
 	}
 	d := &document.Document{
 		Key: t.Key, URL: t.URL, Upstream: up.Name, Tenant: t.docTenant(), Scope: t.scope, StatusCode: code,

@@ -182,7 +182,8 @@ tenants:
 			if got := up.Count("/doc"); got != 1 {
 				t.Errorf("upstream requests = %d; want 1", got)
 			}
-			// The document is in Redis, in team-a's namespace.
+			// The document is in Redis, under its url: tenants with the
+			// same credential (here none) share it.
 			o, err := redis.ParseURL(tt.url(rs.Addr(), tlsAddr))
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +196,7 @@ tenants:
 			}
 			rdb := redis.NewClient(o)
 			defer rdb.Close()
-			id := "t/team-a/" + up.URL() + "/doc"
+			id := up.URL() + "/doc"
 			if stored, err := storetest.New(rdb, "").DocStored(ctx, id); err != nil || !stored {
 				t.Errorf("document %s stored = %v, %v; want true", id, stored, err)
 			}

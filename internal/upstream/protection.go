@@ -307,17 +307,33 @@ func (p *Client) bound(ctx context.Context, fr FetchRequest) time.Duration {
 // tooManyBackoff is the backoff after a 429 without a Retry-After.
 const tooManyBackoff = time.Second
 
-// retryAfter is the backoff resp asks for: its Retry-After on a 429 or 503,
-// capped; tooManyBackoff for a bare 429; else 0.
-func (p *Client) retryAfter(resp *Response) time.Duration {
-	if resp == nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
+// retryAfter is the backoff resp asks for (see Backoff).
+func (p *Client) retryAfter(resp *Response) time.Duration { return p.Backoff(resp) }
+
+// Backoff is how long every instance holds its requests to the upstream
+// after resp: its Retry-After on a 429, a 503 or a rate-limited 403 (see
+// RateLimited), capped at RetryAfterCap; else, for a rate-limited answer
+// or any answer whose quota has no request left, until the quota's reset
+// (within a day: see parseQuota); tooManyBackoff for a rate limit that
+// says nothing more; else 0.
+func (p *Client) Backoff(resp *Response) time.Duration {
+	if resp == nil {
 		return 0
 	}
-	d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), p.now())
-	if !ok && resp.StatusCode == http.StatusTooManyRequests {
-		d = tooManyBackoff
+	now := p.now()
+	limited := RateLimited(resp, now)
+	if limited || resp.StatusCode == http.StatusServiceUnavailable {
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
+			return min(d, p.up.Protection.RetryAfterCap)
+		}
 	}
-	return min(d, p.up.Protection.RetryAfterCap)
+	if q, ok := parseQuota(resp.Header, now); ok && q.Remaining == 0 && q.Reset > 0 {
+		return q.Reset
+	}
+	if limited {
+		return tooManyBackoff
+	}
+	return 0
 }
 
 // sleep waits d, and reports false if ctx ends first.

@@ -37,6 +37,10 @@ func classify(ctx context.Context, resp *Response, err error) (o outcome, why st
 		return outcomeFailure, "a network error"
 	case err != nil: // too large: an answer, but not one to judge by
 		return outcomeNone, err.Error()
+	case resp.StatusCode == http.StatusForbidden && RateLimited(resp, time.Now()):
+		// A quota spent, not a sick upstream: backed off (Backoff), not
+		// counted against the breaker.
+		return outcomeNone, "a rate limit (403)"
 	case resp.StatusCode == http.StatusTooManyRequests,
 		resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented:
 		return outcomeFailure, fmt.Sprintf("status %d", resp.StatusCode)

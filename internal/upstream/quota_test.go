@@ -1,0 +1,129 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestParseQuota(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	epoch := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
+	tests := []struct {
+		name string
+		h    map[string]string
+		want Quota
+		ok   bool
+	}{
+		{"github", map[string]string{"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999", "X-RateLimit-Reset": epoch(time.Hour), "X-RateLimit-Resource": "core"},
+			Quota{Limit: 5000, Remaining: 4999, Reset: time.Hour, Partition: "core", Source: "X-RateLimit-Remaining"}, true},
+		{"reset in seconds", map[string]string{"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "30"},
+			Quota{Limit: 100, Remaining: 0, Reset: 30 * time.Second, Source: "X-RateLimit-Remaining"}, true},
+		{"draft", map[string]string{"RateLimit": `"default";r=50;t=30`, "RateLimit-Policy": `"burst";q=10;w=1, "default";q=100;w=60`},
+			Quota{Limit: 100, Remaining: 50, Reset: 30 * time.Second, Source: "RateLimit"}, true},
+		{"draft wins", map[string]string{"RateLimit": `"search";r=5;t=10`, "X-RateLimit-Remaining": "99", "X-RateLimit-Reset": "60"},
+			Quota{Remaining: 5, Reset: 10 * time.Second, Partition: "search", Source: "RateLimit"}, true},
+		{"draft partition key", map[string]string{"RateLimit": `"default";r=1;t=5;pk=:dXNlcjE=:`},
+			Quota{Remaining: 1, Reset: 5 * time.Second, Partition: "dXNlcjE=", Source: "RateLimit"}, true},
+		{"none", map[string]string{}, Quota{}, false},
+		{"negative", map[string]string{"X-RateLimit-Remaining": "-1", "X-RateLimit-Reset": "30"}, Quota{}, false},
+		{"not a number", map[string]string{"X-RateLimit-Remaining": "lots", "X-RateLimit-Reset": "30"}, Quota{}, false},
+		{"huge", map[string]string{"X-RateLimit-Remaining": "99999999999999999999", "X-RateLimit-Reset": "30"}, Quota{}, false},
+		{"remaining over limit", map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "11", "X-RateLimit-Reset": "30"}, Quota{}, false},
+		{"reset in the past", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": epoch(-time.Minute)}, Quota{}, false},
+		{"reset years ahead", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": epoch(3 * 365 * 24 * time.Hour)}, Quota{}, false},
+		{"reset in milliseconds", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10)}, Quota{}, false},
+		{"no reset", map[string]string{"X-RateLimit-Remaining": "0"}, Quota{}, false},
+		{"draft garbage", map[string]string{"RateLimit": `"default";r=x;t=30`}, Quota{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tt.h {
+				h.Set(k, v)
+			}
+			got, ok := parseQuota(h, now)
+			if ok != tt.ok || got != tt.want {
+				t.Errorf("parseQuota = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// FuzzParseQuota: whatever the headers hold, a quota believed has a
+// remaining within its limit and a reset within a day.
+func FuzzParseQuota(f *testing.F) {
+	f.Add("5000", "4999", "1800003600", `"default";r=50;t=30`, `"default";q=100;w=60`)
+	f.Add("-1", "x", "99999999999999999999", `;;;=`, `"";q=`)
+	now := time.Unix(1_800_000_000, 0)
+	f.Fuzz(func(t *testing.T, limit, remaining, reset, rl, policy string) {
+		h := http.Header{"X-Ratelimit-Limit": {limit}, "X-Ratelimit-Remaining": {remaining}, "X-Ratelimit-Reset": {reset}}
+		if rl != "" {
+			h.Set("RateLimit", rl)
+			h.Set("RateLimit-Policy", policy)
+		}
+		q, ok := parseQuota(h, now)
+		if !ok {
+			return
+		}
+		if q.Remaining < 0 || q.Reset < 0 || q.Reset > maxQuotaReset || (q.Limit > 0 && q.Remaining > q.Limit) {
+			t.Fatalf("believed %+v", q)
+		}
+	})
+}
+
+// TestRateLimited403: a 403 that says the quota is spent is backed off
+// until its reset by the next fetch, which fails fast without reaching the
+// upstream, and it counts no breaker failure (a breaker opening on one
+// failure stays closed); a 403 that says nothing of a quota is a document.
+func TestRateLimited403(t *testing.T) {
+	var hits atomic.Int32
+	reset := time.Now().Add(30 * time.Second).Unix()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path == "/forbidden" {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.Header().Set("X-RateLimit-Limit", "60")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer srv.Close()
+	up := Config{Name: "api", BaseURL: srv.URL}
+	up.Protection.Breaker.FailureThreshold = 1
+	up.Protection.MaxWait = 100 * time.Millisecond
+	SetDefaults(&up)
+	if err := Validate(&up, "upstreams[0]"); err != nil {
+		t.Fatal(err)
+	}
+	cl := NewClient(&up, Options{})
+	ctx := context.Background()
+	resp, err := cl.Fetch(ctx, FetchRequest{URL: srv.URL + "/forbidden"}, nil)
+	if err != nil || resp.StatusCode != http.StatusForbidden || RateLimited(resp, time.Now()) || cl.Backoff(resp) != 0 {
+		t.Fatalf("a plain 403: %v, %v; want a document with no backoff", resp, err)
+	}
+	resp, err = cl.Fetch(ctx, FetchRequest{URL: srv.URL + "/user"}, nil)
+	if err != nil || !RateLimited(resp, time.Now()) {
+		t.Fatalf("first fetch: %v, %v; want the rate-limited 403", resp, err)
+	}
+	if b := cl.Backoff(resp); b < 25*time.Second || b > 31*time.Second {
+		t.Errorf("backoff %v; want until the reset, about 30s", b)
+	}
+	if shared, local := cl.Breakers(ctx); local != "closed" {
+		t.Errorf("breaker %q/%q after a rate-limited 403; want closed", shared, local)
+	}
+	_, err = cl.Fetch(ctx, FetchRequest{URL: srv.URL + "/user"}, nil)
+	if !errors.Is(err, ErrRateLimited) || RetryAfter(err) < 25*time.Second {
+		t.Fatalf("second fetch: %v; want ErrRateLimited with the reset as its retry-after", err)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("upstream requests = %d; want 2 (the second fetch backed off)", n)
+	}
+}
