@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
@@ -59,19 +58,13 @@ func orString(s, def string) string {
 	return s
 }
 
-// variant is the normalised forwarded headers of a request.
-type variant struct {
-	header http.Header // nil when none
-	id     string      // "" when none
-}
-
 // forwarded keeps the headers of h that up forwards, normalised: values
 // trimmed and joined with ", ", and an Accept of "*/*" dropped (RFC 9110
 // 12.5.1: no Accept means any), so that clients that differ only in such
 // defaults share a document. A forwarded value that is not UTF-8, holds a
 // control character or is over 1 KiB is ErrInvalidArgument.
-func forwarded(up *Upstream, h http.Header) (variant, error) {
-	var v variant
+func forwarded(up *Upstream, h http.Header) (http.Header, error) {
+	var out http.Header
 	for name, vs := range h {
 		canon := http.CanonicalHeaderKey(name)
 		if !up.Forwards(canon) {
@@ -85,30 +78,36 @@ func forwarded(up *Upstream, h http.Header) (variant, error) {
 		}
 		val := strings.Join(parts, ", ")
 		if err := upstream.CheckHeaderValue(val); err != nil {
-			return variant{}, invalid("header %s %v", canon, err)
+			return nil, invalid("header %s %v", canon, err)
 		}
 		if val == "" || (canon == "Accept" && val == "*/*") {
 			continue
 		}
-		if v.header == nil {
-			v.header = http.Header{}
+		if out == nil {
+			out = http.Header{}
 		}
-		v.header[canon] = []string{val}
+		out[canon] = []string{val}
 	}
-	if v.header == nil {
-		return v, nil
+	return out, nil
+}
+
+// variantID names the forwarded headers h in a cache id: "v/" and a keyed
+// hash of them (keyed as scope ids are: an operator may forward a header
+// that carries something secret), "" for none.
+func (k scopeKey) variantID(h http.Header) string {
+	if h == nil {
+		return ""
 	}
-	names := make([]string, 0, len(v.header))
-	for name := range v.header {
+	names := make([]string, 0, len(h))
+	for name := range h {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	sum := sha256.New()
+	m := hmac.New(sha256.New, k)
 	for _, name := range names {
-		fmt.Fprintf(sum, "%s: %s\n", name, v.header[name][0])
+		fmt.Fprintf(m, "%s: %s\n", name, h[name][0])
 	}
-	v.id = "v/" + hex.EncodeToString(sum.Sum(nil)[:12])
-	return v, nil
+	return "v/" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
 }
 
 // scopeKey keys the credential scope ids (Config.CredentialScopeKey, or

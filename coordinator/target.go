@@ -99,15 +99,15 @@ func (c *Coordinator) scopeTarget(t *Target, s Scope, r Request) error {
 			return invalid("credential %v", err)
 		}
 	}
-	v, err := forwarded(up, r.Header)
+	fwd, err := forwarded(up, r.Header)
 	if err != nil {
 		return err
 	}
 	t.cred = credentialFor(s, up, r.Credential)
-	t.fwd = v.header
+	t.fwd = fwd
 	sid := c.scopeKey.scopeID(up, t.cred)
 	t.scoped = sid != ""
-	t.scope = joinScope(sid, v.id)
+	t.scope = joinScope(sid, c.scopeKey.variantID(fwd))
 	t.id = document.ID(s.Tenant, t.scope, up.Name, t.URL, t.Key)
 	return nil
 }

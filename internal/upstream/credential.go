@@ -219,7 +219,7 @@ func reservedHeader(name string) bool {
 		"Te", "Trailer", "Upgrade", "Expect",
 		"If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range",
 		"Accept-Encoding", "Authorization", "Proxy-Authorization", "Cookie", "Cache-Control", "Pragma",
-		"Traceparent", "Tracestate":
+		"Traceparent", "Tracestate", "X-Coordd-Credential":
 		return true
 	}
 	return false
