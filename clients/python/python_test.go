@@ -8,19 +8,32 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/clientconformance"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeapi"
 	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
 )
 
@@ -49,6 +62,12 @@ func python(t *testing.T) string {
 const (
 	token   = "python-token-0123456789"
 	bigSize = 300000
+
+	// The fake API's tokens (apiEnv): callers' own, and the one coordd
+	// holds for upstream "gh".
+	apiAlice = "api-alice-0123456789"
+	apiBob   = "api-bob-0123456789"
+	apiBot   = "api-bot-0123456789"
 )
 
 // env starts the coordd instances the Python tests use, and the fake coordd
@@ -100,6 +119,149 @@ func env(t *testing.T) []string {
 	)
 }
 
+// apiEnv starts what tests/test_client.py's CredentialTest and
+// tests/test_tracing.py use, and returns its
+// environment: a fake GitHub-like API (internal/fakeapi) and three coordd
+// instances sharing one Redis in front of it, as upstream "gh", which
+// holds the API credential of login "bot", forwards Accept and takes
+// callers' own credentials; upstream "down" on a port where nothing
+// listens (no retries; its breaker opens on one failure for a minute);
+// and one coordd, traced, whose server spans the test asks for at
+// COORDD_SPANS_URL.
+func apiEnv(t *testing.T) []string {
+	t.Helper()
+	api := fakeapi.New(t, fakeapi.Options{Delay: 50 * time.Millisecond, Tokens: map[string]string{
+		apiAlice: "alice", apiBob: "bob", apiBot: "bot",
+	}})
+	t.Setenv("COORDD_PY_TEST_GH_TOKEN", "Bearer "+apiBot)
+	down := closedPort(t)
+	rd := redistest.Start(t)
+	var targets []string
+	for range 3 {
+		cfg := coordinator.Config{
+			CredentialScopeKey: secret.New("python-scope-key-0123456789"),
+			Upstreams: []coordinator.Upstream{
+				{Name: "gh", BaseURL: api.URL() + "/", Credential: &upstream.Credential{ValueEnv: "COORDD_PY_TEST_GH_TOKEN"},
+					RequestHeaders: map[string]string{"User-Agent": "coordd-python-test"}, ForwardHeaders: []string{"Accept"}, CallerCredentials: true,
+					Protection: coordinator.Protection{
+						// One upstream request per fetch, so that the counts are the fetches.
+						Retry:   coordinator.RetryPolicy{MaxAttempts: 1},
+						Breaker: coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1},
+					}},
+				{Name: "down", BaseURL: "http://" + down + "/", Protection: coordinator.Protection{
+					Retry:   coordinator.RetryPolicy{MaxAttempts: 1},
+					Breaker: coordinator.BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: time.Minute, CloseAfter: 1},
+				}},
+			},
+		}
+		targets = append(targets, coorddtest.Start(t, coorddtest.Options{RedisURL: rd.URL(), Config: cfg}).Addr)
+	}
+	traced, tracedUpstream, spansURL := startTraced(t)
+	return []string{
+		"COORDD_API_URL=" + api.URL(),
+		"COORDD_API_TARGETS=" + strings.Join(targets, ","),
+		"COORDD_API_TOKENS=alice=" + apiAlice + ",bob=" + apiBob,
+		"COORDD_DOWN_URL=http://" + down,
+		"COORDD_TRACED_TARGET=" + traced,
+		"COORDD_TRACED_UPSTREAM=" + tracedUpstream,
+		"COORDD_SPANS_URL=" + spansURL,
+	}
+}
+
+// closedPort returns a loopback address where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// startTraced starts a single-node coordd in front of a local upstream
+// (its base url: upstreamURL) whose gRPC server extracts W3C trace context
+// (otelgrpc, as coordd does with tracing on), and an HTTP endpoint
+// (spansURL) that answers GET ?trace_id=HEX with the server spans of that
+// trace as JSON, [{"name", "trace_id", "parent_span_id"}], once there is
+// one (or [] after 20 s): a server span ends a moment after its caller has
+// the answer.
+func startTraced(t *testing.T) (target, upstreamURL, spansURL string) {
+	t.Helper()
+	rec := &spanRecorder{changed: make(chan struct{})}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	u := fakeupstream.New(t)
+	u.Set("/traced/hello", fakeupstream.Behavior{Body: []byte("traced\n")})
+	in := coorddtest.Start(t, coorddtest.Options{
+		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "traced", BaseURL: u.URL() + "/traced/"}}},
+		GRPC: []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{})))},
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		defer cancel()
+		spans := rec.wait(ctx, r.URL.Query().Get("trace_id"))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(spans)
+	}))
+	t.Cleanup(srv.Close)
+	return in.Addr, u.URL() + "/traced/", srv.URL
+}
+
+// recordedSpan is a server span as startTraced's endpoint answers it.
+type recordedSpan struct {
+	Name         string `json:"name"`
+	TraceID      string `json:"trace_id"`
+	ParentSpanID string `json:"parent_span_id"`
+}
+
+// spanRecorder is an sdktrace.SpanProcessor that keeps the ended spans and
+// wakes the waiters of wait on each.
+type spanRecorder struct {
+	mu      sync.Mutex
+	spans   []recordedSpan
+	changed chan struct{} // closed and replaced when a span ends
+}
+
+func (r *spanRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+func (r *spanRecorder) OnEnd(s sdktrace.ReadOnlySpan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans = append(r.spans, recordedSpan{Name: s.Name(), TraceID: s.SpanContext().TraceID().String(), ParentSpanID: s.Parent().SpanID().String()})
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *spanRecorder) Shutdown(context.Context) error   { return nil }
+func (r *spanRecorder) ForceFlush(context.Context) error { return nil }
+
+// wait returns the spans of traceID once there is one, or none when ctx
+// ends first.
+func (r *spanRecorder) wait(ctx context.Context, traceID string) []recordedSpan {
+	for {
+		r.mu.Lock()
+		out := []recordedSpan{}
+		for _, s := range r.spans {
+			if s.TraceID == traceID {
+				out = append(out, s)
+			}
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		if len(out) > 0 {
+			return out
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return out
+		}
+	}
+}
+
 var ran = regexp.MustCompile(`(?m)^Ran (\d+) tests? in`)
 
 // TestPythonClient runs every unittest of tests/ and fails unless all ran
@@ -109,7 +271,7 @@ func TestPythonClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
-	cmd.Env = append(env(t), "PYTHONPATH="+mustAbs(t, "."))
+	cmd.Env = append(append(env(t), apiEnv(t)...), "PYTHONPATH="+mustAbs(t, "."))
 	out, err := cmd.CombinedOutput()
 	t.Logf("python3 -m unittest:\n%s", out)
 	if err != nil {

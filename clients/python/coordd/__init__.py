@@ -7,7 +7,8 @@ pages so that a cold page costs one upstream request across every caller.
         doc = client.get("https://developer.mozilla.org/en-US/docs/Web/HTTP")
         print(doc.status_code, doc.content_type, len(doc.body))
 
-AsyncClient is the same for asyncio. See README.md.
+AsyncClient is the same for asyncio. coordd.httpx (imported on its own,
+not by this package) has httpx transports over them. See README.md.
 """
 
 from coordd._aio import AsyncClient
@@ -27,6 +28,7 @@ from coordd._common import (
     RetryPolicy,
     Unauthenticated,
     Unavailable,
+    UnreachableError,
     tls_credentials,
 )
 
@@ -49,5 +51,6 @@ __all__ = [
     "RetryPolicy",
     "Unauthenticated",
     "Unavailable",
+    "UnreachableError",
     "tls_credentials",
 ]

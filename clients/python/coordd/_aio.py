@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, Optional
+from typing import AsyncIterator, Awaitable, Callable, Optional
 
 import grpc
 import grpc.aio
@@ -41,24 +41,28 @@ class AsyncClient:
         await self.close()
 
     async def get(self, url: str, *, key: Optional[str] = None, max_age: Optional[float] = None,
-                  no_stale: bool = False, timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
+                  no_stale: bool = False, headers: c.HeadersArg = None, credential: Optional[str] = None,
+                  timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
         """As Client.get."""
-        req = c.get_request(url, key, max_age, no_stale)
-        return await self._do(lambda remaining: self._get_once(req, remaining), timeout)
+        req = c.get_request(url, key, max_age, no_stale, headers, credential)
+        md = self._md + c.trace_metadata()
+        return await self._do(lambda remaining: self._get_once(req, md, remaining), timeout)
 
     async def invalidate(self, url: Optional[str] = None, key: Optional[str] = None, *,
+                         headers: c.HeadersArg = None, credential: Optional[str] = None,
                          timeout: float = c.DEFAULT_TIMEOUT) -> c.Invalidated:
         """As Client.invalidate."""
-        req = c.invalidate_request(url, key)
+        req = c.invalidate_request(url, key, headers, credential)
+        md = self._md + c.trace_metadata()
 
         async def once(remaining: float) -> c.Invalidated:
-            resp = await self._stub.Invalidate(req, timeout=remaining, metadata=self._md)
+            resp = await self._stub.Invalidate(req, timeout=remaining, metadata=md)
             return c.Invalidated(key=resp.key, existed=resp.existed)
 
         return await self._do(once, timeout)
 
-    async def _get_once(self, req: coordd_pb2.GetOrFetchRequest, remaining: float) -> c.Document:
-        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=self._md)
+    async def _get_once(self, req: coordd_pb2.GetOrFetchRequest, md, remaining: float) -> c.Document:
+        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=md)
         r = c.Reassembly(self._max_body)
         try:
             async for m in call:
@@ -66,6 +70,25 @@ class AsyncClient:
         finally:
             call.cancel()
         return r.document()
+
+    async def _open(self, req: coordd_pb2.GetOrFetchRequest, timeout: float) -> c.Opened:
+        """As Client._open; chunks is an async iterator."""
+        md = self._md + c.trace_metadata()
+        return await self._do(lambda remaining: self._open_once(req, md, remaining), timeout)
+
+    async def _open_once(self, req: coordd_pb2.GetOrFetchRequest, md, remaining: float) -> c.Opened:
+        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=md)
+        r = c.Reassembly(self._max_body, keep=False, head=req.head)
+        try:
+            while r.metadata is None:
+                m = await call.read()
+                if m is grpc.aio.EOF:
+                    r.finish()  # raises BadStream: no metadata
+                r.add(m)
+        except BaseException:
+            call.cancel()
+            raise
+        return c.Opened(r.metadata, r.progress, _chunks(call, r), call.cancel)
 
     async def _do(self, attempt, timeout: float):
         deadline = time.monotonic() + timeout
@@ -76,7 +99,7 @@ class AsyncClient:
             try:
                 out = await attempt(max(remaining, 0.001))
             except grpc.aio.AioRpcError as e:
-                err = c.error_from(e.code(), e.details(), e.trailing_metadata())
+                err = c.error_of(e)
             else:
                 self._throttle.success()
                 return out
@@ -84,3 +107,21 @@ class AsyncClient:
             if wait is None:
                 raise err
             await self._sleep(wait)
+
+
+async def _chunks(call, r: c.Reassembly) -> AsyncIterator[bytes]:
+    """The rest of call's stream as body pieces; a failed call raises its
+    CoorddError. Closing the generator (aclose) cancels the call."""
+    try:
+        while True:
+            m = await call.read()
+            if m is grpc.aio.EOF:
+                break
+            data = r.add(m)
+            if data:
+                yield data
+        r.finish()
+    except grpc.aio.AioRpcError as e:
+        raise c.error_of(e) from None
+    finally:
+        call.cancel()

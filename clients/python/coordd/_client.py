@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import grpc
 
@@ -45,29 +45,39 @@ class Client:
         self.close()
 
     def get(self, url: str, *, key: Optional[str] = None, max_age: Optional[float] = None,
-            no_stale: bool = False, timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
+            no_stale: bool = False, headers: c.HeadersArg = None, credential: Optional[str] = None,
+            timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
         """The document at url, an absolute http(s) URL inside one of coordd's
         upstreams. key is a custom cache key; max_age (seconds) the oldest
-        copy accepted; timeout bounds the call, retries included. A 404 is a
-        Document; errors are CoorddError subclasses."""
-        req = c.get_request(url, key, max_age, no_stale)
-        return self._do(lambda remaining: self._get_once(req, remaining), timeout)
+        copy accepted; timeout bounds the call, retries included. headers
+        (a mapping or (name, value) pairs) are request headers for the
+        upstream: coordd forwards those the upstream lists in its
+        forward_headers and drops the rest. credential is the caller's own
+        credential for the upstream, the whole value of its credential
+        header ("Bearer ..."), for upstreams with caller_credentials. A 404
+        is a Document; errors are CoorddError subclasses."""
+        req = c.get_request(url, key, max_age, no_stale, headers, credential)
+        md = self._md + c.trace_metadata()
+        return self._do(lambda remaining: self._get_once(req, md, remaining), timeout)
 
     def invalidate(self, url: Optional[str] = None, key: Optional[str] = None, *,
+                   headers: c.HeadersArg = None, credential: Optional[str] = None,
                    timeout: float = c.DEFAULT_TIMEOUT) -> c.Invalidated:
         """Removes the document at url (or under key) from coordd's shared
-        cache and every instance's memory. Needs an admin tenant where coordd
-        has tenants."""
-        req = c.invalidate_request(url, key)
+        cache and every instance's memory: the copy that a get with the same
+        headers and credential would be served. Needs an admin tenant where
+        coordd has tenants."""
+        req = c.invalidate_request(url, key, headers, credential)
+        md = self._md + c.trace_metadata()
 
         def once(remaining: float) -> c.Invalidated:
-            resp = self._stub.Invalidate(req, timeout=remaining, metadata=self._md)
+            resp = self._stub.Invalidate(req, timeout=remaining, metadata=md)
             return c.Invalidated(key=resp.key, existed=resp.existed)
 
         return self._do(once, timeout)
 
-    def _get_once(self, req: coordd_pb2.GetOrFetchRequest, remaining: float) -> c.Document:
-        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=self._md)
+    def _get_once(self, req: coordd_pb2.GetOrFetchRequest, md, remaining: float) -> c.Document:
+        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=md)
         r = c.Reassembly(self._max_body)
         try:
             for m in call:
@@ -75,6 +85,28 @@ class Client:
         finally:
             call.cancel()  # a no-op once the stream ended; frees it on an early exit
         return r.document()
+
+    def _open(self, req: coordd_pb2.GetOrFetchRequest, timeout: float) -> c.Opened:
+        """Starts a GetOrFetch call and returns once its metadata arrived,
+        retrying as get does until then; the body streams from the result.
+        timeout bounds the whole call, body included. For coordd.httpx."""
+        md = self._md + c.trace_metadata()
+        return self._do(lambda remaining: self._open_once(req, md, remaining), timeout)
+
+    def _open_once(self, req: coordd_pb2.GetOrFetchRequest, md, remaining: float) -> c.Opened:
+        call = self._stub.GetOrFetch(req, timeout=remaining, metadata=md)
+        r = c.Reassembly(self._max_body, keep=False, head=req.head)
+        try:
+            for m in call:
+                r.add(m)
+                if r.metadata is not None:
+                    break
+            else:
+                r.finish()  # raises BadStream: no metadata
+        except BaseException:
+            call.cancel()
+            raise
+        return c.Opened(r.metadata, r.progress, _chunks(call, r), call.cancel)
 
     def _do(self, attempt, timeout: float):
         deadline = time.monotonic() + timeout
@@ -85,7 +117,7 @@ class Client:
             try:
                 out = attempt(max(remaining, 0.001))
             except grpc.RpcError as e:
-                err = c.error_from(e.code(), e.details(), e.trailing_metadata())
+                err = c.error_of(e)
             else:
                 self._throttle.success()
                 return out
@@ -93,3 +125,18 @@ class Client:
             if wait is None:
                 raise err
             self._sleep(wait)
+
+
+def _chunks(call, r: c.Reassembly) -> Iterator[bytes]:
+    """The rest of call's stream as body pieces; a failed call raises its
+    CoorddError. Closing the generator cancels the call."""
+    try:
+        for m in call:
+            data = r.add(m)
+            if data:
+                yield data
+        r.finish()
+    except grpc.RpcError as e:
+        raise c.error_of(e) from None
+    finally:
+        call.cancel()

@@ -7,7 +7,7 @@ import dataclasses
 import datetime
 import random
 import threading
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -62,6 +62,14 @@ class Document:
     """Seconds it stays fresh from now; 0 when stale."""
     progress: Tuple[coordd_pb2.Progress, ...] = ()
     """The progress events of the attempt that produced it."""
+    headers: Tuple[Tuple[str, str], ...] = ()
+    """The upstream's end-to-end response headers (Link, Cache-Control,
+    X-RateLimit-*...), in its order; hop-by-hop fields, Set-Cookie and
+    Content-Length are not kept."""
+    private: bool = False
+    """Cached for one credential scope only (a credential was sent upstream:
+    the caller's, its tenant's or the upstream's): a cache in front of the
+    caller must not share it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +113,13 @@ class PermissionDenied(CoorddError):
 class Unavailable(CoorddError):
     """The upstream failed with no stale copy, its breaker is open, or coordd
     is unreachable. Retried."""
+
+
+class UnreachableError(Unavailable):
+    """No coordd answered: the connection was refused, reset or lost, or
+    the name did not resolve. gRPC reports these as UNAVAILABLE, as it does
+    an UNAVAILABLE that coordd sent (an upstream down, no stale copy); this
+    subclass is the former. Retried, as Unavailable."""
 
 
 class ResourceExhausted(CoorddError):
@@ -162,10 +177,26 @@ def retry_delay_of(trailing_metadata: Optional[Iterable[Tuple[str, object]]]) ->
     return None
 
 
-def error_from(code: grpc.StatusCode, details: Optional[str], trailing_metadata) -> CoorddError:
-    """The typed exception for a failed call."""
+# gRPC's C core writes this into the debug string of every status that the
+# server sent (grpc 1.51 to current); a status it made up itself, for a
+# connection that failed, lacks it. Python's gRPC exposes nothing firmer.
+_FROM_PEER = "Error received from peer"
+
+
+def error_from(code: grpc.StatusCode, details: Optional[str], trailing_metadata,
+               debug_error_string: Optional[str] = None) -> CoorddError:
+    """The typed exception for a failed call. An UNAVAILABLE whose debug
+    string (RpcError.debug_error_string()) shows that no server sent it is
+    an UnreachableError."""
     cls = _BY_CODE.get(code, CoorddError)
+    if code == grpc.StatusCode.UNAVAILABLE and debug_error_string is not None and _FROM_PEER not in debug_error_string:
+        cls = UnreachableError
     return cls(details or code.name, code, retry_delay_of(trailing_metadata))
+
+
+def error_of(e) -> CoorddError:
+    """The typed exception for a grpc.RpcError or grpc.aio.AioRpcError."""
+    return error_from(e.code(), e.details(), e.trailing_metadata(), e.debug_error_string())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,11 +317,53 @@ def metadata_of(token: Optional[str]) -> Tuple[Tuple[str, str], ...]:
     return (("authorization", "Bearer " + token),)
 
 
-def get_request(url: str, key: Optional[str], max_age: Optional[float], no_stale: bool) -> coordd_pb2.GetOrFetchRequest:
+_propagator = None  # the W3C propagator; False once opentelemetry-api was found missing
+
+
+def trace_metadata() -> Tuple[Tuple[str, str], ...]:
+    """The caller's W3C trace context (traceparent, and tracestate if any)
+    as gRPC metadata, when opentelemetry-api is importable and the calling
+    context has an active span; else nothing. OpenTelemetry is optional:
+    coordd imports it on the first call, and never requires it.
+
+    It is the W3C propagator, not the globally configured one, because
+    coordd's server extracts W3C trace context."""
+    global _propagator
+    if _propagator is None:
+        try:
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        except ImportError:
+            _propagator = False
+        else:
+            _propagator = TraceContextTextMapPropagator()
+    if _propagator is False:
+        return ()
+    carrier: dict = {}
+    try:
+        _propagator.inject(carrier)
+    except Exception:  # tracing must never fail a call
+        return ()
+    return tuple((k, v) for k, v in carrier.items() if k in ("traceparent", "tracestate") and isinstance(v, str))
+
+
+HeadersArg = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
+
+
+def headers_pb(headers: HeadersArg) -> List[coordd_pb2.Header]:
+    if headers is None:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [coordd_pb2.Header(name=k, value=v) for k, v in items]
+
+
+def get_request(url: str, key: Optional[str], max_age: Optional[float], no_stale: bool,
+                headers: HeadersArg = None, credential: Optional[str] = None,
+                head: bool = False) -> coordd_pb2.GetOrFetchRequest:
     """The request, checked before any network I/O."""
     if not isinstance(url, str) or not url:
         raise InvalidArgument("url must be a non-empty string", grpc.StatusCode.INVALID_ARGUMENT)
-    req = coordd_pb2.GetOrFetchRequest(url=url, key=key or "", no_stale=no_stale)
+    req = coordd_pb2.GetOrFetchRequest(url=url, key=key or "", no_stale=no_stale, headers=headers_pb(headers),
+                                       credential=credential or "", head=head)
     if max_age is not None:
         if max_age < 0:
             raise InvalidArgument(f"max_age {max_age} must not be negative", grpc.StatusCode.INVALID_ARGUMENT)
@@ -300,18 +373,33 @@ def get_request(url: str, key: Optional[str], max_age: Optional[float], no_stale
 
 class Reassembly:
     """Reassembles one attempt's stream: progress events, one metadata,
-    then chunks whose total must be the size the metadata announced. A
-    metadata announcing more than max_body_bytes (if positive) fails with
-    BodyTooLarge before any chunk."""
+    then chunks whose total must be the size the metadata announced (none
+    at all for a head request). A metadata announcing more than
+    max_body_bytes (if positive) fails with BodyTooLarge before any chunk.
 
-    def __init__(self, max_body_bytes: int):
+    With keep=False it keeps no chunk: add returns each chunk's data for
+    the caller to pass on, and finish checks the total at the end."""
+
+    def __init__(self, max_body_bytes: int, *, keep: bool = True, head: bool = False):
         self._max = max_body_bytes
+        self._keep = keep
+        self._head = head
         self._md: Optional[coordd_pb2.Metadata] = None
         self._chunks: List[bytes] = []
         self._have = 0
         self._progress: List[coordd_pb2.Progress] = []
 
-    def add(self, m: coordd_pb2.GetOrFetchResponse) -> None:
+    @property
+    def metadata(self) -> Optional[coordd_pb2.Metadata]:
+        """The metadata, once it arrived."""
+        return self._md
+
+    @property
+    def progress(self) -> Tuple[coordd_pb2.Progress, ...]:
+        return tuple(self._progress)
+
+    def add(self, m: coordd_pb2.GetOrFetchResponse) -> bytes:
+        """Takes the next message; returns a chunk's data, else b""."""
         kind = m.WhichOneof("event")
         if kind == "progress":
             if self._md is not None:
@@ -330,17 +418,28 @@ class Reassembly:
             if self._md is None:
                 raise BadStream("chunk before metadata")
             data = m.chunk.data
+            if self._head:
+                raise BadStream("a chunk in the answer to a head request")
             if self._have + len(data) > self._md.size:
                 raise BadStream(f"body exceeds the {self._md.size} bytes metadata says")
-            self._chunks.append(data)
+            if self._keep:
+                self._chunks.append(data)
             self._have += len(data)
+            return data
+        return b""
 
-    def document(self) -> Document:
+    def finish(self) -> coordd_pb2.Metadata:
+        """Checks the stream, which has ended, and returns its metadata."""
         md = self._md
         if md is None:
             raise BadStream("stream ended without metadata")
-        if self._have != md.size:
+        want = 0 if self._head else md.size
+        if self._have != want:
             raise BadStream(f"body is {self._have} bytes; metadata says {md.size}")
+        return md
+
+    def document(self) -> Document:
+        md = self.finish()
         now = datetime.datetime.now(datetime.timezone.utc)
         age = datetime.timedelta(seconds=md.age.seconds, microseconds=md.age.nanos // 1000)
         return Document(
@@ -356,10 +455,32 @@ class Reassembly:
             upstream=md.upstream,
             ttl=md.ttl.seconds + md.ttl.nanos / 1e9,
             progress=tuple(self._progress),
+            headers=tuple((h.name, h.value) for h in md.headers),
+            private=md.private,
         )
 
 
-def invalidate_request(url: Optional[str], key: Optional[str]) -> coordd_pb2.InvalidateRequest:
+def source_name(source: int) -> str:
+    """A Source as Document.source spells it: "l1", "l2" or "upstream"."""
+    return _SOURCES.get(source, "unspecified")
+
+
+@dataclasses.dataclass
+class Opened:
+    """A GetOrFetch call whose metadata has arrived (coordd.httpx's
+    transports stream the rest): chunks yields the body's pieces as they
+    arrive, checked against metadata.size, and raises a CoorddError if the
+    call fails part-way; cancel ends the call early. Not thread-safe."""
+
+    metadata: coordd_pb2.Metadata
+    progress: Tuple[coordd_pb2.Progress, ...]
+    chunks: object
+    """An iterator (Client) or async iterator (AsyncClient) of bytes."""
+    cancel: Callable[[], object]
+
+
+def invalidate_request(url: Optional[str], key: Optional[str], headers: HeadersArg = None,
+                       credential: Optional[str] = None) -> coordd_pb2.InvalidateRequest:
     if not url and not key:
         raise InvalidArgument("give url or key", grpc.StatusCode.INVALID_ARGUMENT)
-    return coordd_pb2.InvalidateRequest(url=url or "", key=key or "")
+    return coordd_pb2.InvalidateRequest(url=url or "", key=key or "", headers=headers_pb(headers), credential=credential or "")

@@ -10,6 +10,8 @@ clients/python/python_test.go starts them and runs these tests with
                       and stays open 4 s)
   COORDD_AUTH_TARGET  coordd with one tenant, whose token is COORDD_TOKEN
   COORDD_BIG_SHA256   the SHA-256 of {upstream}/docs/big (300,000 bytes)
+  COORDD_API_URL, COORDD_API_TARGETS, COORDD_API_TOKENS: a fake API with
+                      credentials, behind coordd (see test_httpx.py)
 """
 
 import asyncio
@@ -27,6 +29,9 @@ UPSTREAM = os.environ["COORDD_UPSTREAM"]
 AUTH_TARGET = os.environ["COORDD_AUTH_TARGET"]
 TOKEN = os.environ["COORDD_TOKEN"]
 BIG_SHA256 = os.environ["COORDD_BIG_SHA256"]
+API = os.environ["COORDD_API_URL"]
+API_TARGET = os.environ["COORDD_API_TARGETS"].split(",")[0]
+API_TOKENS = dict(kv.split("=", 1) for kv in os.environ["COORDD_API_TOKENS"].split(","))
 
 HELLO = UPSTREAM + "/docs/hello"
 HELLO_BODY = b"hello from the upstream\n"
@@ -133,6 +138,33 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(doc.status_code, 200)
         self.assertTrue(patient.waits, "the call was not retried")
         self.assertGreater(max(patient.waits), 0.3, f"waits {patient.waits} ignore RetryInfo")
+
+
+class CredentialTest(unittest.TestCase):
+    def test_headers_credential_and_response_headers(self):
+        url = API + "/repos/octo/plain/readme"
+        raw = {"Accept": "application/vnd.github.raw"}
+        with coordd.Client(API_TARGET) as client:
+            doc = client.get(url, headers=raw, credential="Bearer " + API_TOKENS["bob"])
+            self.assertEqual(doc.body, b"# plain\nread by bob\n")
+            self.assertEqual(doc.content_type, "text/plain; charset=utf-8")
+            self.assertTrue(doc.private)
+            headers = {k.lower(): v for k, v in doc.headers}
+            self.assertEqual(headers["x-ratelimit-resource"], "core")
+            self.assertEqual(headers["cache-control"], "private, max-age=60, s-maxage=60")
+            self.assertNotIn("set-cookie", headers)
+            # Without a credential, coordd sends its own (login bot's): another copy.
+            self.assertEqual(client.get(url, headers=list(raw.items())).body, b"# plain\nread by bot\n")
+            # Invalidate removes bob's copy only.
+            self.assertTrue(client.invalidate(url, headers=raw, credential="Bearer " + API_TOKENS["bob"]).existed)
+            self.assertEqual(client.get(url, headers=raw, credential="Bearer " + API_TOKENS["bob"]).source, "upstream")
+            self.assertNotEqual(client.get(url, headers=raw).source, "upstream")
+
+    def test_unreachable(self):
+        with coordd.Client("127.0.0.1:1", retry=coordd.RetryPolicy(max_attempts=1)) as gone:
+            with self.assertRaises(coordd.UnreachableError) as cm:
+                gone.get(HELLO)
+        self.assertIsInstance(cm.exception, coordd.Unavailable)  # caught and retried as before
 
 
 class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
