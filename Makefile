@@ -77,10 +77,10 @@ check-generated:
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
-# runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3)
-# and its stub generator (protoc 3.21 and grpc_python_plugin), and the
-# TypeScript client's npm packages, and promtool (Debian's prometheus
-# package) for the alert rules' tests.
+# runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3;
+# python3-httpx for coordd.httpx's tests) and its stub generator (protoc 3.21
+# and grpc_python_plugin), and the TypeScript client's npm packages, and
+# promtool (Debian's prometheus package) for the alert rules' tests.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found; installing it with apt-get"; \
@@ -130,17 +130,17 @@ deps:
 		fi; \
 	fi
 	@echo "node $$(node --version), npm $$(npm --version)"
-	@if ! /usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1 || ! command -v grpc_python_plugin >/dev/null 2>&1; then \
-		echo "python3-grpcio, python3-protobuf or protoc/grpc_python_plugin not found; installing them with apt-get (the Python client's tests and stubs need them)"; \
+	@if ! /usr/bin/python3 -c 'import grpc, google.protobuf, httpx' >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1 || ! command -v grpc_python_plugin >/dev/null 2>&1; then \
+		echo "python3-grpcio, python3-protobuf, python3-httpx or protoc/grpc_python_plugin not found; installing them with apt-get (the Python client's tests and stubs need them)"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
-			$$SUDO apt-get install -y -qq python3 python3-venv python3-setuptools python3-pip python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc >/dev/null); then \
-			echo "error: the Python client's tests need /usr/bin/python3 with grpc and protobuf (Debian: apt-get install python3-grpcio python3-protobuf python3-venv python3-setuptools python3-pip)," >&2; \
+			$$SUDO apt-get install -y -qq python3 python3-venv python3-setuptools python3-pip python3-grpcio python3-protobuf python3-httpx protobuf-compiler protobuf-compiler-grpc >/dev/null); then \
+			echo "error: the Python client's tests need /usr/bin/python3 with grpc, protobuf and httpx (Debian: apt-get install python3-grpcio python3-protobuf python3-httpx python3-venv python3-setuptools python3-pip)," >&2; \
 			echo "and its stubs protoc 3.21 with grpc_python_plugin (apt-get install protobuf-compiler protobuf-compiler-grpc); they could not be installed." >&2; \
 			exit 1; \
 		fi; \
 	fi
-	@/usr/bin/python3 -c 'import grpc, google.protobuf; print("python3 grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
+	@/usr/bin/python3 -c 'import grpc, google.protobuf, httpx; print("python3 grpcio", grpc.__version__, "protobuf", google.protobuf.__version__, "httpx", httpx.__version__)'
 	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip' 2>/dev/null || { \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
 		$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip >/dev/null || { \

@@ -59,6 +59,17 @@ func python(t *testing.T) string {
 	return py
 }
 
+// needHTTPX fails the test unless py imports httpx, which the tests of
+// coordd.httpx need (tests/test_httpx.py).
+func needHTTPX(t *testing.T, py string) {
+	t.Helper()
+	out, err := exec.Command(py, "-c", "import httpx; print(httpx.__version__)").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s cannot import httpx: %v\n%s\nInstall it (Debian: apt-get install python3-httpx, or run 'make deps'), or point $COORDD_PYTHON at a Python that has it.", py, err, out)
+	}
+	t.Logf("%s: httpx %s", py, strings.TrimSpace(string(out)))
+}
+
 const (
 	token   = "python-token-0123456789"
 	bigSize = 300000
@@ -119,8 +130,8 @@ func env(t *testing.T) []string {
 	)
 }
 
-// apiEnv starts what tests/test_client.py's CredentialTest and
-// tests/test_tracing.py use, and returns its
+// apiEnv starts what tests/test_httpx.py, tests/test_tracing.py and
+// tests/test_client.py's CredentialTest use, and returns its
 // environment: a fake GitHub-like API (internal/fakeapi) and three coordd
 // instances sharing one Redis in front of it, as upstream "gh", which
 // holds the API credential of login "bot", forwards Accept and takes
@@ -268,6 +279,7 @@ var ran = regexp.MustCompile(`(?m)^Ran (\d+) tests? in`)
 // and passed, none skipped.
 func TestPythonClient(t *testing.T) {
 	py := python(t)
+	needHTTPX(t, py)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")

@@ -12,7 +12,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/fakeapi"
 	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/secret"
 )
 
 // The addresses the examples in docs/api.md use, replaced by the test's.
@@ -115,4 +117,49 @@ func between(s, from, to string) (string, bool) {
 	}
 	sec, _, _ := strings.Cut(rest, to)
 	return sec, true
+}
+
+// TestREADMEHTTPX runs the example of the README's "httpx: one line"
+// section as written, against a real coordd in front of a fake GitHub-like
+// API standing in for api.github.com, with a caller's token.
+func TestREADMEHTTPX(t *testing.T) {
+	py := python(t)
+	needHTTPX(t, py)
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, ok := between(string(b), "\n## httpx: one line\n", "\n## ")
+	if !ok {
+		t.Fatal(`README.md has no "## httpx: one line" section`)
+	}
+	m := fence.FindStringSubmatch(section)
+	if m == nil || m[1] != "python" {
+		t.Fatal(`README.md's "httpx: one line" section has no python example`)
+	}
+	api := fakeapi.New(t, fakeapi.Options{Tokens: map[string]string{apiAlice: "alice"}})
+	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+		CredentialScopeKey: secret.New("python-readme-scope-key-0123456789"),
+		Upstreams: []coordinator.Upstream{{Name: "github", BaseURL: api.URL() + "/",
+			ForwardHeaders: []string{"Accept"}, CallerCredentials: true}},
+	}})
+	code := strings.NewReplacer(readmeTarget, in.Addr, "https://api.github.com", api.URL()).Replace(m[2])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-c", code)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "GITHUB_TOKEN="+apiAlice, "PYTHONPATH="+mustAbs(t, "."), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's httpx example: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(lines) != 76 || lines[0] != "1 Issue 1 of octo/r" || lines[74] != "75 Issue 75 of octo/r" || lines[75] != "200 upstream" {
+		t.Fatalf("the README's httpx example printed:\n%s\nwant the 75 issues, then 200 upstream", out)
+	}
+	for _, page := range []string{"?per_page=30", "?page=2&per_page=30", "?page=3&per_page=30"} {
+		if got := api.Requests("/repos/octo/r/issues"+page, "alice"); got != 1 {
+			t.Errorf("API requests for page %s as alice = %d; want 1", page, got)
+		}
+	}
 }

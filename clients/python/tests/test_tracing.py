@@ -96,8 +96,9 @@ class TraceContextTextMapPropagator:
 
 TRACED_SCRIPT = '''
 import asyncio, json, sys
+import httpx
 from opentelemetry import trace
-import coordd
+import coordd, coordd.httpx
 
 target, upstream = sys.argv[1], sys.argv[2]
 url = upstream + "hello"
@@ -115,12 +116,18 @@ def span(name):
 with coordd.Client(target) as client:
     with span("Client.get"):
         assert client.get(url).body == b"traced\\n"
+    with span("Transport"):
+        with httpx.Client(transport=coordd.httpx.Transport(client)) as http:
+            assert http.get(url).text == "traced\\n"
 
 
 async def main():
     async with coordd.AsyncClient(target) as client:
         with span("AsyncClient.get"):
             assert (await client.get(url)).body == b"traced\\n"
+        with span("AsyncTransport"):
+            async with httpx.AsyncClient(transport=coordd.httpx.AsyncTransport(client)) as http:
+                assert (await http.get(url)).text == "traced\\n"
 
 
 asyncio.run(main())
@@ -147,7 +154,7 @@ class TraceContextTest(unittest.TestCase):
                                capture_output=True, text=True, timeout=120, env=env)
         self.assertEqual(p.returncode, 0, p.stderr)
         spans = json.loads(p.stdout)
-        self.assertEqual(len(spans), 2)
+        self.assertEqual(len(spans), 4)
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
         for caller, (trace_id, span_id) in spans.items():
             with self.subTest(caller):

@@ -1,0 +1,326 @@
+"""httpx transports over coordd: code written for httpx (an API client, an
+SDK built on it) fetches through coordd by changing one line.
+
+    import coordd, coordd.httpx, httpx
+
+    http = httpx.Client(transport=coordd.httpx.Transport(coordd.Client("127.0.0.1:50051")))
+
+AsyncTransport(coordd.AsyncClient(...)) is the same for httpx.AsyncClient.
+Importing coordd does not import httpx; importing coordd.httpx does.
+
+A GET or HEAD without a body is a GetOrFetch call: the request's headers
+go in GetOrFetchRequest.headers (coordd forwards those the upstream lists
+in forward_headers and drops the rest) and its Authorization in
+GetOrFetchRequest.credential. The response answers as the upstream did:
+its status (a 404 or a 429 is a response), its headers, its body streamed
+as coordd's chunks arrive, and coordd's facts in X-Coordd-Source,
+X-Coordd-Stale, X-Coordd-Age and X-Coordd-Upstream, with a standard Age.
+
+Anything else goes to the fallback transport, if one was given, or fails
+with UnsupportedRequestError (an httpx.UnsupportedProtocol) saying why:
+another method, a body, a scheme other than http(s), a URL outside every
+upstream coordd serves, a credential the upstream does not take from
+callers. coordd is never bypassed otherwise.
+
+When coordd cannot answer (UNAVAILABLE from coordd: the upstream down with
+no stale copy, its breaker open; RESOURCE_EXHAUSTED: its rate limit;
+DEADLINE_EXCEEDED) the response is a 503 with Retry-After and
+X-Coordd-Error, as an API's own gateway would answer, so that
+raise_for_status and retry code behave as they do against the API. When no
+coordd answers at all the request fails with httpx.ConnectError, as for a
+network error. coordd's other refusals (its token, a malformed request, a
+tenant not granted the upstream) fail with RefusedError.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import AsyncIterator, Iterator, List, Optional, Tuple, Union
+
+import grpc
+import httpx
+
+from coordd import _common as c
+from coordd._aio import AsyncClient
+from coordd._client import Client
+from coordd.v1 import coordd_pb2
+
+__all__ = ["AsyncTransport", "RefusedError", "Transport", "UnsupportedRequestError"]
+
+DEFAULT_RETRY_AFTER = 1
+"""Retry-After, in seconds, of a 503 whose status carried no RetryInfo."""
+
+# coordd's PERMISSION_DENIED for a request it cannot carry, as opposed to
+# one it refuses (a tenant not granted the upstream): the messages of
+# coordinator.ResolveRequest.
+_NOT_CARRIED = ("outside every configured upstream", "does not accept caller credentials")
+
+# The codes for which coordd itself answered that it cannot answer now.
+_UNAVAILABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class UnsupportedRequestError(httpx.UnsupportedProtocol):
+    """A request coordd does not carry: a method other than GET and HEAD, a
+    body, a scheme other than http and https, a URL outside every upstream
+    coordd serves, or a credential the upstream takes from no caller.
+    Raised when the transport has no fallback; its message says why."""
+
+
+class RefusedError(httpx.TransportError):
+    """coordd refused the request for a reason that a fallback must not get
+    round: coordd's own token (UNAUTHENTICATED), a malformed URL or header
+    (INVALID_ARGUMENT), a tenant not granted the upstream
+    (PERMISSION_DENIED), a body over coordd's max_body_bytes
+    (FAILED_PRECONDITION). coordd_error is the coordd.CoorddError."""
+
+    def __init__(self, message: str, *, request: httpx.Request, coordd_error: c.CoorddError):
+        super().__init__(message, request=request)
+        self.coordd_error = coordd_error
+
+
+class _Options:
+    """What Transport and AsyncTransport share."""
+
+    def __init__(self, timeout: float, max_age: Optional[float], no_stale: bool):
+        if timeout <= 0:
+            raise ValueError(f"coordd.httpx: timeout {timeout} must be positive")
+        if max_age is not None and max_age < 0:
+            raise ValueError(f"coordd.httpx: max_age {max_age} must not be negative")
+        self.timeout = timeout
+        self.max_age = max_age
+        self.no_stale = no_stale
+
+
+class Transport(httpx.BaseTransport):
+    """An httpx transport (httpx.Client(transport=...)) that fetches through
+    client, a coordd.Client. See the module's documentation for what is
+    carried and how the answers read.
+
+    fallback, an httpx transport such as httpx.HTTPTransport(), takes the
+    requests coordd does not carry; without one they fail with
+    UnsupportedRequestError. timeout (seconds) bounds each request's call
+    to coordd, its retries and its body included (httpx's own timeouts
+    time sockets, and this transport has none). max_age and no_stale apply
+    to every request, as in Client.get.
+
+    close() closes the fallback, not client, which may serve other code:
+    close it yourself. Thread-safe, as client is.
+    """
+
+    def __init__(self, client: Client, *, fallback: Optional[httpx.BaseTransport] = None,
+                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False):
+        if not isinstance(client, Client):
+            raise TypeError("coordd.httpx.Transport: client must be a coordd.Client (AsyncTransport takes a coordd.AsyncClient)")
+        if fallback is not None and not isinstance(fallback, httpx.BaseTransport):
+            raise TypeError("coordd.httpx.Transport: fallback must be an httpx.BaseTransport")
+        self._client = client
+        self._fallback = fallback
+        self._opts = _Options(timeout, max_age, no_stale)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        why = _not_carried(request)
+        if why is None:
+            try:
+                req = _grpc_request(request, self._opts)
+                opened = self._client._open(req, self._opts.timeout)
+            except c.CoorddError as err:
+                outcome = _failed(request, err)
+                if isinstance(outcome, httpx.Response):
+                    return outcome
+                why = outcome
+            else:
+                return _response(request, opened, _SyncBody(request, opened))
+        if self._fallback is not None:
+            return self._fallback.handle_request(request)
+        raise UnsupportedRequestError(why, request=request)
+
+    def close(self) -> None:
+        if self._fallback is not None:
+            self._fallback.close()
+
+
+class AsyncTransport(httpx.AsyncBaseTransport):
+    """Transport for httpx.AsyncClient, over a coordd.AsyncClient; fallback
+    is an httpx.AsyncBaseTransport (httpx.AsyncHTTPTransport()). Use it in
+    the event loop client was created in; aclose() closes the fallback."""
+
+    def __init__(self, client: AsyncClient, *, fallback: Optional[httpx.AsyncBaseTransport] = None,
+                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False):
+        if not isinstance(client, AsyncClient):
+            raise TypeError("coordd.httpx.AsyncTransport: client must be a coordd.AsyncClient (Transport takes a coordd.Client)")
+        if fallback is not None and not isinstance(fallback, httpx.AsyncBaseTransport):
+            raise TypeError("coordd.httpx.AsyncTransport: fallback must be an httpx.AsyncBaseTransport")
+        self._client = client
+        self._fallback = fallback
+        self._opts = _Options(timeout, max_age, no_stale)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        why = _not_carried(request)
+        if why is None:
+            try:
+                req = _grpc_request(request, self._opts)
+                opened = await self._client._open(req, self._opts.timeout)
+            except c.CoorddError as err:
+                outcome = _failed(request, err)
+                if isinstance(outcome, httpx.Response):
+                    return outcome
+                why = outcome
+            else:
+                return _response(request, opened, _AsyncBody(request, opened))
+        if self._fallback is not None:
+            return await self._fallback.handle_async_request(request)
+        raise UnsupportedRequestError(why, request=request)
+
+    async def aclose(self) -> None:
+        if self._fallback is not None:
+            await self._fallback.aclose()
+
+
+class _SyncBody(httpx.SyncByteStream):
+    """The body as coordd's chunks arrive; close() cancels the call."""
+
+    def __init__(self, request: httpx.Request, opened: c.Opened):
+        self._request = request
+        self._opened = opened
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._opened.chunks  # type: ignore[misc]
+        except c.CoorddError as err:
+            raise _body_error(self._request, err) from err
+
+    def close(self) -> None:
+        self._opened.chunks.close()  # type: ignore[attr-defined]
+        self._opened.cancel()  # a generator never started runs no finally
+
+
+class _AsyncBody(httpx.AsyncByteStream):
+    """As _SyncBody, for asyncio."""
+
+    def __init__(self, request: httpx.Request, opened: c.Opened):
+        self._request = request
+        self._opened = opened
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._opened.chunks:  # type: ignore[attr-defined]
+                yield data
+        except c.CoorddError as err:
+            raise _body_error(self._request, err) from err
+
+    async def aclose(self) -> None:
+        await self._opened.chunks.aclose()  # type: ignore[attr-defined]
+        self._opened.cancel()
+
+
+def _not_carried(request: httpx.Request) -> Optional[str]:
+    """Why coordd cannot carry request, or None if it can."""
+    what = f"{request.method} {_redacted(request.url)}"
+    if request.method not in ("GET", "HEAD"):
+        return f"coordd carries GET and HEAD only, not {what}"
+    if request.url.scheme not in ("http", "https"):
+        return f"coordd carries http and https URLs only, not {what}"
+    h = request.headers
+    if "transfer-encoding" in h or h.get("content-length", "0").strip() != "0":
+        return f"coordd carries requests without a body only, not {what} with one"
+    return None
+
+
+def _redacted(url: httpx.URL) -> str:
+    """url without its userinfo and fragment, for messages."""
+    return str(url.copy_with(username=None, password=None, fragment=None))
+
+
+def _grpc_request(request: httpx.Request, opts: _Options) -> coordd_pb2.GetOrFetchRequest:
+    """The GetOrFetch call for request: every header but Authorization,
+    which is the credential."""
+    headers: List[Tuple[str, str]] = []
+    for name, value in request.headers.multi_items():
+        if name.lower() != "authorization":
+            headers.append((name, value))
+    return c.get_request(_redacted(request.url), None, opts.max_age, opts.no_stale, headers,
+                         request.headers.get("authorization"), head=request.method == "HEAD")
+
+
+def _failed(request: httpx.Request, err: c.CoorddError) -> Union[httpx.Response, str]:
+    """What a call that failed before its metadata gives: a 503 response,
+    a reason why coordd cannot carry the request (for the fallback), or an
+    exception raised here."""
+    if isinstance(err, c.UnreachableError):
+        raise httpx.ConnectError(f"coordd unreachable: {err.message}", request=request) from err
+    if err.code in _UNAVAILABLE:
+        return _unavailable(request, err)
+    if err.code == grpc.StatusCode.PERMISSION_DENIED and any(s in err.message for s in _NOT_CARRIED):
+        return f"coordd cannot carry {request.method} {_redacted(request.url)}: {err}"
+    raise RefusedError(f"coordd refused {request.method} {_redacted(request.url)}: {err}",
+                       request=request, coordd_error=err) from err
+
+
+def _unavailable(request: httpx.Request, err: c.CoorddError) -> httpx.Response:
+    """A 503 for a call coordd could not answer: Retry-After is the
+    RetryInfo's delay in whole seconds, rounded up (DEFAULT_RETRY_AFTER
+    without one), X-Coordd-Error the status; the body is the JSON of
+    coordd's HTTP door."""
+    retry_after = max(math.ceil(err.retry_delay), 1) if err.retry_delay else DEFAULT_RETRY_AFTER
+    status = err.code.name if err.code is not None else "UNAVAILABLE"
+    body = json.dumps({"error": {"code": 503, "status": status, "message": err.message,
+                                 "retry_after_seconds": retry_after}}).encode() + b"\n"
+    headers = [
+        (b"Content-Type", b"application/json"),
+        (b"Content-Length", str(len(body)).encode()),
+        (b"Retry-After", str(retry_after).encode()),
+        (b"X-Coordd-Error", _header_value(str(err))),
+    ]
+    return httpx.Response(503, headers=headers, content=body, request=request)
+
+
+def _response(request: httpx.Request, opened: c.Opened, stream) -> httpx.Response:
+    """The upstream's answer: its status, its headers (with Content-Type,
+    ETag and Last-Modified from the metadata if they are missing, and
+    Content-Length the size), coordd's X-Coordd-* facts and Age."""
+    md = opened.metadata
+    age = md.age.seconds  # whole seconds, rounded down, as HTTP's Age
+    headers: List[Tuple[bytes, bytes]] = []
+    have = set()
+    upstream_age = 0
+    for h in md.headers:
+        name = h.name.lower()
+        if name == "content-length":
+            continue
+        if name == "age":  # the upstream's own cache's age: coordd's adds to it (RFC 9111 4.2.3)
+            if h.value.strip().isdigit():
+                upstream_age = int(h.value.strip())
+            continue
+        have.add(name)
+        headers.append((h.name.encode("latin-1", "replace"), _header_value(h.value)))
+    for name, value in (("Content-Type", md.content_type), ("ETag", md.etag), ("Last-Modified", md.last_modified)):
+        if value and name.lower() not in have:
+            headers.append((name.encode(), _header_value(value)))
+    headers += [
+        (b"Content-Length", str(md.size).encode()),
+        (b"Age", str(upstream_age + age).encode()),
+        (b"X-Coordd-Source", c.source_name(md.source).encode()),
+        (b"X-Coordd-Stale", b"true" if md.stale else b"false"),
+        (b"X-Coordd-Age", str(age).encode()),
+        (b"X-Coordd-Upstream", _header_value(md.upstream)),
+    ]
+    return httpx.Response(md.status_code, headers=headers, stream=stream, request=request,
+                          extensions={"coordd_metadata": md})
+
+
+def _header_value(s: str) -> bytes:
+    """s as a header value: UTF-8, with control characters (CR, LF...) as
+    spaces."""
+    return "".join(" " if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in s).encode("utf-8")
+
+
+def _body_error(request: httpx.Request, err: c.CoorddError) -> httpx.TransportError:
+    """The httpx error for a call that failed part-way through the body,
+    as a connection that fails mid-response reads in httpx."""
+    if err.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return httpx.ReadTimeout(f"coordd: the call's timeout ended mid-body: {err}", request=request)
+    if isinstance(err, c.BadStream):
+        return httpx.RemoteProtocolError(f"coordd: {err}", request=request)
+    return httpx.ReadError(f"coordd: the call failed mid-body: {err}", request=request)
