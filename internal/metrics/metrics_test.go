@@ -274,7 +274,7 @@ func TestProtectionMetrics(t *testing.T) {
 	failing.Set("/slow", fakeupstream.Behavior{Block: release})
 	rs := redistest.Start(t)
 	in := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Metrics: true, Config: coordinator.Config{
-		LockTTL: 150 * time.Millisecond,
+		LockTTL: time.Second, // the watchdog extends it every 333ms; a busy machine must not starve it past the lease
 		Upstreams: []coordinator.Upstream{
 			{Name: "failing", BaseURL: failing.URL(), Protection: coordinator.Protection{
 				RateLimit: -1,
