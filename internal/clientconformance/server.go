@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -189,11 +190,20 @@ type service struct {
 func (sv service) GetOrFetch(req *coorddv1.GetOrFetchRequest, st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
 	s := sv.s
 	u := req.GetUrl()
+	conn := s.lis.conn(st.Context())
+	if conn.wasCut() {
+		// A call sent on a connection this server already cut, before the
+		// client saw the cut: the client's, not the script's, attempt.
+		// It cannot be answered (the write side is shut): it is not
+		// counted, and the connection is closed for good so that the
+		// client fails it at once and moves on to a new one.
+		_ = conn.Conn.Close()
+		return status.Error(codes.Unavailable, "clientconformance: connection already cut")
+	}
 	n, cs, err := s.begin(u)
 	if err != nil {
 		return status.Error(codes.Aborted, "clientconformance: "+err.Error())
 	}
-	conn := s.lis.conn(st.Context())
 	conn.record()
 	var last []byte // the last message sent, as framed on the wire
 	for _, step := range cs.Attempts[n-1] {
@@ -316,10 +326,14 @@ func (l *trackingListener) conn(ctx context.Context) *trackedConn {
 type trackedConn struct {
 	net.Conn
 
-	mu   sync.Mutex // protects rec
-	cond *sync.Cond // signalled on each write
-	rec  []byte
+	mu         sync.Mutex // protects rec
+	cond       *sync.Cond // signalled on each write
+	rec        []byte
+	wasCutFlag atomic.Bool // cut has run
 }
+
+// wasCut reports whether cut has run on c.
+func (c *trackedConn) wasCut() bool { return c != nil && c.wasCutFlag.Load() }
 
 func (c *trackedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
@@ -369,6 +383,7 @@ func (c *trackedConn) cut() {
 	if c == nil {
 		return
 	}
+	c.wasCutFlag.Store(true)
 	if tc, ok := c.Conn.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 		return
