@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
@@ -28,9 +29,12 @@ var errBodyClosed = errors.New("coordd: read on closed response body")
 // error, also releases the stream.
 type stream struct {
 	md     *coorddv1.Metadata
-	recv   func(any) error    // the stream's RecvMsg, through recvCodec
+	st     grpc.ClientStream  // received through recvCodec
 	cancel context.CancelFunc // ends the stream and the call's deadline
-	ctx    context.Context    // the stream's, to tell a cancellation from a failure
+	// ctx is the call's context, whose end tells a cancellation from a
+	// failure (the stream's own context ends with any failure). Held as
+	// gRPC's streams hold theirs: the stream lives as long as the call.
+	ctx context.Context
 
 	mu      sync.Mutex      // protects the fields below
 	closed  bool            // Close was called
@@ -45,8 +49,8 @@ type stream struct {
 // open makes a GetOrFetch call for req and returns its stream as soon as
 // the metadata arrives, retrying per the Client's RetryPolicy and circuit
 // breaker until then; once the metadata has arrived nothing is retried,
-// since the caller may already have acted on it. For req.Head the stream
-// has been read to its end and holds no body.
+// since the caller may already have acted on it. For req.Head the call is
+// over when open returns: the stream holds no body.
 //
 // The call's deadline is ctx's, or the Client's default (WithTimeout), and
 // it covers the reading of the body too. The caller must Close the stream,
@@ -117,7 +121,7 @@ func (c *Client) openOnce(ctx context.Context, req *coorddv1.GetOrFetchRequest) 
 		}
 		r.raw.Free()
 	}
-	return &stream{md: md, recv: st.RecvMsg, cancel: cancel, ctx: ctx}, nil
+	return &stream{md: md, st: st, cancel: cancel, ctx: ctx}, nil
 }
 
 // recvDecoded receives the next message decoded as protobuf, chunks
@@ -166,7 +170,7 @@ func (s *stream) Read(p []byte) (int, error) {
 		s.mu.Unlock()
 
 		var r response
-		err := s.recv(&r) // without the lock, so that Close can cancel it
+		err := s.st.RecvMsg(&r) // without the lock, so that Close can cancel it
 
 		s.mu.Lock()
 		if s.closed {
