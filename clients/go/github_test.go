@@ -90,8 +90,7 @@ func startGitHubEnv(t *testing.T, n int) *ghEnv {
 	}
 	down := "http://" + lis.Addr().String() + "/"
 	lis.Close()
-	env := &ghEnv{api: api, downURL: down, gate: &gate{next: http.DefaultTransport.(*http.Transport).Clone(), held: map[string]chan struct{}{}}}
-	t.Cleanup(env.gate.next.(*http.Transport).CloseIdleConnections)
+	env := &ghEnv{api: api, downURL: down, gate: &gate{next: direct(t), held: map[string]chan struct{}{}}}
 	for range n {
 		cfg := coordinator.Config{
 			CredentialScopeKey: secret.New("scope-key-for-tests-0123456789"),
@@ -287,7 +286,7 @@ func TestGitHubThroughTransport(t *testing.T) {
 
 		// With a fallback, the POST reaches the API through it, with its
 		// credential: the fake API answers 405 to bob.
-		fb := &countingRT{next: http.DefaultTransport}
+		fb := &countingRT{next: direct(t)}
 		gh = githubClient(t, env.httpClient(t, 2, coordd.WithFallback(fb)), base, tokBob)
 		_, res, err := gh.Issues.Create(ctx, "o", "r", &github.IssueRequest{Title: github.Ptr("new")})
 		var er *github.ErrorResponse
@@ -308,7 +307,7 @@ func TestGitHubThroughTransport(t *testing.T) {
 		if _, _, err := gh.Users.Get(ctx, ""); !errors.Is(err, coordd.ErrNotCarried) || !strings.Contains(err.Error(), "outside every upstream") {
 			t.Errorf("err = %v; want ErrNotCarried for a url outside every upstream", err)
 		}
-		gh = githubClient(t, env.httpClient(t, 0, coordd.WithFallback(http.DefaultTransport)), elsewhere.URL+"/", tokBob)
+		gh = githubClient(t, env.httpClient(t, 0, coordd.WithFallback(direct(t))), elsewhere.URL+"/", tokBob)
 		if user, _, err := gh.Users.Get(ctx, ""); err != nil || user.GetLogin() != "elsewhere" {
 			t.Errorf("with a fallback: %v, %v; want the other server's answer", user, err)
 		}
@@ -335,6 +334,14 @@ func TestGitHubThroughTransport(t *testing.T) {
 			t.Errorf("upstream requests as alice = %d; want still 1 (HEAD is served from the cache)", got)
 		}
 	})
+}
+
+// direct is a transport of net/http's own, its idle connections closed
+// when the test ends.
+func direct(t *testing.T) http.RoundTripper {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 // countingRT counts the requests it passes to next.

@@ -277,8 +277,23 @@ func TestTransportStreamsBody(t *testing.T) {
 	if _, err := io.ReadFull(res.Body, first); err != nil {
 		t.Fatal(err)
 	}
+	// A Read waiting for the next chunk (or starting after Close) ends
+	// with Close.
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := res.Body.Read(make([]byte, 4))
+		readErr <- err
+	}()
 	res.Body.Close()
 	await(t, cancelled, "coordd to see the call cancelled by Body.Close")
+	select {
+	case err := <-readErr:
+		if err == nil {
+			t.Error("a Read concurrent with Close succeeded")
+		}
+	case <-time.After(signalWait):
+		t.Fatal("a Read waiting for a chunk did not return on Close")
+	}
 	if _, err := res.Body.Read(first); err == nil {
 		t.Error("Read after Close succeeded")
 	}
