@@ -14,6 +14,11 @@
 //	doc, err := c.Get(ctx, "https://developer.mozilla.org/en-US/docs/Web/HTTP/index.json")
 //
 // For a coordd with tenants and a TLS listener, add WithToken and WithTLS.
+//
+// NewTransport makes the Client an http.RoundTripper, so that any library
+// taking an *http.Client reads its upstream through coordd:
+//
+//	hc := &http.Client{Transport: coordd.NewTransport(c)}
 package coordd
 
 import (

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
@@ -119,6 +120,7 @@ type fakeCoordd struct {
 	coorddv1.UnimplementedCoordinatorServiceServer
 	addr  string
 	calls atomic.Int64
+	last  atomic.Pointer[fakeCall] // the latest GetOrFetch's request
 
 	mu    sync.Mutex // protects steps
 	steps []step
@@ -150,7 +152,15 @@ func (f *fakeCoordd) script(steps ...step) {
 	f.calls.Store(0)
 }
 
-func (f *fakeCoordd) GetOrFetch(_ *coorddv1.GetOrFetchRequest, st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+// fakeCall is what a fakeCoordd received in a call.
+type fakeCall struct {
+	req *coorddv1.GetOrFetchRequest
+	md  metadata.MD
+}
+
+func (f *fakeCoordd) GetOrFetch(req *coorddv1.GetOrFetchRequest, st grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
+	md, _ := metadata.FromIncomingContext(st.Context())
+	f.last.Store(&fakeCall{req: req, md: md})
 	n := int(f.calls.Add(1)) - 1
 	f.mu.Lock()
 	s := f.steps[min(n, len(f.steps)-1)]

@@ -9,11 +9,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"time"
+
+	"github.com/google/go-github/v75/github"
 
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/fakeapi"
 	"github.com/coordd/coordd/server"
 )
 
@@ -161,5 +165,78 @@ func ExampleWithBreakerPolicy() {
 	}
 	// Output:
 	// true
+	// true
+}
+
+// startGitHubDemo runs a single-node coordd in front of a stand-in for
+// GitHub's API (on loopback) that accepts callers' own credentials, as
+// this configuration says:
+//
+//	upstreams:
+//	  - name: github
+//	    base_url: "https://api.github.com/"
+//	    forward_headers: [Accept]
+//	    caller_credentials: true
+func startGitHubDemo() (addr, api string, stop func()) {
+	gh := fakeapi.Start(fakeapi.Options{Tokens: map[string]string{"ghp_example": "octocat"}})
+	quiet := slog.New(slog.DiscardHandler)
+	c, err := coordinator.New(coordinator.Config{
+		Upstreams: []coordinator.Upstream{{Name: "github", BaseURL: gh.URL() + "/", ForwardHeaders: []string{"Accept"}, CallerCredentials: true}},
+		Logger:    quiet,
+	}, coordinator.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	g := server.NewGRPC(server.New(c, quiet), server.Config{})
+	go func() { _ = g.Serve(lis) }()
+	return lis.Addr().String(), gh.URL() + "/", func() {
+		g.Stop()
+		c.Close()
+		gh.Close()
+	}
+}
+
+// Any library that takes an *http.Client reads through coordd with one
+// line: here go-github, unmodified, with the caller's own token (the
+// Transport sends its Authorization header to coordd as the call's
+// credential).
+func ExampleNewTransport() {
+	addr, api, stop := startGitHubDemo()
+	defer stop()
+	c, err := coordd.Dial(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	hc := &http.Client{Transport: coordd.NewTransport(c)} // the one line
+
+	gh := github.NewClient(hc).WithAuthToken("ghp_example")
+	gh.BaseURL, _ = url.Parse(api) // the stand-in; keep the default for api.github.com
+	for range 2 {
+		user, res, err := gh.Users.Get(context.Background(), "")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(user.GetLogin(), res.StatusCode, res.Header.Get(coordd.SourceHeader), res.Rate.Limit)
+	}
+
+	// A 404 is go-github's usual *ErrorResponse, not a transport error.
+	_, _, err = gh.Users.Get(context.Background(), "nobody")
+	var er *github.ErrorResponse
+	fmt.Println(errors.As(err, &er), er.Response.StatusCode)
+
+	// A POST is not carried: an error, unless WithFallback names a
+	// transport for it.
+	_, _, err = gh.Issues.Create(context.Background(), "o", "r", &github.IssueRequest{Title: github.Ptr("hi")})
+	fmt.Println(errors.Is(err, coordd.ErrNotCarried))
+	// Output:
+	// octocat 200 upstream 5000
+	// octocat 200 l1 5000
+	// true 404
 	// true
 }

@@ -105,7 +105,8 @@ func retryable(code codes.Code) bool {
 
 // do runs attempt, through the circuit breaker, until it succeeds, fails
 // with a code that is not retryable, runs out of attempts or tokens, or ctx
-// would end during the backoff. It returns the last attempt's error.
+// would end during the backoff. It returns the last attempt's error. Every
+// attempt carries the trace context of ctx's span (withTraceparent).
 //
 // Each attempt is a whole call: a GetOrFetch attempt that fails after part
 // of the document arrived is discarded and the next one starts over. This
@@ -119,6 +120,7 @@ func retryable(code codes.Code) bool {
 // progress events long before the document: a call cut while it waits (an
 // instance draining in a rolling deploy, say) would not be retried.
 func (c *Client) do(ctx context.Context, attempt func(context.Context) error) error {
+	ctx = withTraceparent(ctx)
 	for n := 1; ; n++ {
 		err := c.breaker.run(ctx, attempt)
 		if err == nil {
@@ -152,9 +154,14 @@ const maxRetryDelay = time.Minute
 // breaker turns half-open then, or its rate limit has a slot), or 0. The
 // full-jitter backoff never retries sooner than that.
 func retryDelay(err error) time.Duration {
+	return min(retryInfo(err), maxRetryDelay)
+}
+
+// retryInfo is the delay of err's RetryInfo detail, uncapped, or 0.
+func retryInfo(err error) time.Duration {
 	for _, d := range status.Convert(err).Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return min(ri.GetRetryDelay().AsDuration(), maxRetryDelay)
+			return max(ri.GetRetryDelay().AsDuration(), 0)
 		}
 	}
 	return 0

@@ -1,0 +1,385 @@
+package coordd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+)
+
+// ErrNotCarried reports a request the Transport does not carry through
+// coordd and has no fallback for (WithFallback): a method other than GET
+// and HEAD, a request with a body, or a url outside every upstream coordd
+// is configured for. The error says which.
+var ErrNotCarried = errors.New("coordd: request not carried")
+
+// Response headers the Transport adds with coordd's facts about a
+// document, besides the standard Age.
+const (
+	// SourceHeader is where the document came from: l1 (the instance's
+	// memory), l2 (the shared cache, or another instance's fetch) or
+	// upstream (fetched for this call's flight).
+	SourceHeader = "X-Coordd-Source"
+	// StaleHeader is "true" for a stale copy (served while it is
+	// revalidated, or because the upstream failed), else "false".
+	StaleHeader = "X-Coordd-Stale"
+	// AgeHeader is how long ago coordd fetched the document from the
+	// upstream, in whole seconds.
+	AgeHeader = "X-Coordd-Age"
+	// UpstreamHeader is the name of the configured upstream.
+	UpstreamHeader = "X-Coordd-Upstream"
+	// ErrorHeader is on the 503 the Transport makes when coordd cannot
+	// answer: the gRPC code's name and coordd's message, such as
+	// "UNAVAILABLE: coordinator: upstream unavailable: …".
+	ErrorHeader = "X-Coordd-Error"
+)
+
+// TransportOption configures NewTransport.
+type TransportOption func(*transport)
+
+// WithFallback makes the Transport pass the requests it does not carry
+// through coordd to rt, as they are: a method other than GET and HEAD, a
+// request with a body, and a url outside every upstream coordd is
+// configured for (coordd refused it with PERMISSION_DENIED before any
+// upstream request). Default: none; such requests fail with ErrNotCarried.
+// http.DefaultTransport sends them straight to their server, bypassing
+// coordd: name it only where that is what you want.
+func WithFallback(rt http.RoundTripper) TransportOption {
+	return func(t *transport) { t.fallback = rt }
+}
+
+// WithCredentialHeader names the request header that carries the caller's
+// own credential for the upstream, for an upstream whose credential header
+// is not Authorization (say, GitLab's PRIVATE-TOKEN). Its whole value goes
+// in GetOrFetchRequest.credential instead of being sent as a header.
+// Default: Authorization. A Transport has one: use one per API whose
+// credential header differs.
+func WithCredentialHeader(name string) TransportOption {
+	return func(t *transport) { t.credHeader = http.CanonicalHeaderKey(name) }
+}
+
+// transport is the http.RoundTripper NewTransport returns.
+type transport struct {
+	c          *Client
+	fallback   http.RoundTripper // nil: none
+	credHeader string            // canonical
+}
+
+// NewTransport returns an http.RoundTripper that gets documents through
+// coordd, so that any library taking an *http.Client reads its upstream
+// through it:
+//
+//	hc := &http.Client{Transport: coordd.NewTransport(c)}
+//
+// It carries GET and HEAD requests without a body. The request's url goes
+// to coordd as it is (userinfo and fragment dropped), its headers go in
+// GetOrFetchRequest.headers (coordd keeps those its upstream forwards and
+// drops the rest), and its Authorization header (see
+// WithCredentialHeader) goes in GetOrFetchRequest.credential: the caller's
+// own credential, used for this call's fetch, never stored, and never
+// shared with callers holding another one. A HEAD asks for the metadata
+// only.
+//
+// The response is the upstream's, as a plain HTTP client gets it: its
+// status (a 404 or a 429 is a response, not an error), its headers
+// (Metadata.headers, plus Content-Type, ETag and Last-Modified where the
+// upstream sent them, and Content-Length), coordd's facts in SourceHeader,
+// StaleHeader, AgeHeader and UpstreamHeader, and Age (the upstream's Age
+// plus the time since coordd fetched it). RoundTrip returns as soon as the
+// metadata arrives; the body streams the chunks as they arrive. Closing the
+// body cancels the call, and so does the end of the request's context.
+//
+// Until the metadata arrives, the Client retries as for Get (RetryPolicy)
+// and its breaker fails fast while coordd is unreachable; a stream cut
+// after that fails the body's Read with an error wrapping
+// io.ErrUnexpectedEOF. The Client's deadline (WithTimeout) covers the whole
+// call, body included, when the request's context has none.
+// WithMaxBodyBytes does not apply: the body is never held whole.
+//
+// When coordd answers but cannot deliver the document (UNAVAILABLE: the
+// upstream is down with no stale copy, or its breaker is open;
+// RESOURCE_EXHAUSTED: no rate-limit slot before the deadline;
+// DEADLINE_EXCEEDED that is not the request's own), the response is a 503
+// with Retry-After (the status's RetryInfo delay in whole seconds, rounded
+// up; 1 without one) and ErrorHeader, and a JSON body
+// {"message": …, "error": {"code", "status", "message",
+// "retry_after_seconds"}} (the shape of coordd's HTTP door, plus a
+// top-level message), so that code checking the status behaves as it does
+// against the upstream.
+//
+// Errors: when no coordd answers, RoundTrip fails with an error wrapping
+// ErrUnreachable (ErrCircuitOpen while failing fast) that is a net.Error,
+// as a network error of net/http's own transport is. A request it does
+// not carry fails with ErrNotCarried, or goes to the fallback
+// (WithFallback). The end of the request's context returns its error.
+// Any other refusal of coordd (INVALID_ARGUMENT, UNAUTHENTICATED,
+// PERMISSION_DENIED other than a url outside every upstream,
+// FAILED_PRECONDITION for a body over the upstream's limit) is an error
+// wrapping its gRPC status.
+//
+// Each call carries the W3C trace context of the request context's span,
+// if any. The Transport is safe for concurrent use; it holds nothing of
+// its own to close (close the Client).
+func NewTransport(c *Client, opts ...TransportOption) http.RoundTripper {
+	t := &transport{c: c, credHeader: "Authorization"}
+	for _, opt := range opts {
+		opt(t)
+	}
+	return t
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if why := notCarried(req); why != "" {
+		if t.fallback != nil {
+			return t.fallback.RoundTrip(req)
+		}
+		if req.Body != nil {
+			req.Body.Close() // RoundTrip closes the body, even on errors
+		}
+		return nil, fmt.Errorf("%w: %s %s: %s (WithFallback names a transport for it)", ErrNotCarried, req.Method, redacted(req), why)
+	}
+	s, err := t.c.open(req.Context(), t.request(req))
+	if err != nil {
+		return t.failed(req, err)
+	}
+	return httpResponse(req, s), nil
+}
+
+// notCarried says why req cannot go through coordd, or "" if it can.
+func notCarried(req *http.Request) string {
+	switch {
+	case req.Method != "" && req.Method != http.MethodGet && req.Method != http.MethodHead:
+		return "only GET and HEAD are carried through coordd"
+	case req.Body != nil && req.Body != http.NoBody, req.ContentLength > 0:
+		return "a request with a body is not carried through coordd"
+	}
+	return ""
+}
+
+// urlOf is req's url as coordd gets it: without userinfo (which
+// http.Client has already moved into Authorization) and fragment.
+func urlOf(req *http.Request) string {
+	u := *req.URL
+	u.User = nil
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// redacted is req's url for an error message, its password hidden.
+func redacted(req *http.Request) string {
+	if req.URL == nil {
+		return ""
+	}
+	return req.URL.Redacted()
+}
+
+// request is the GetOrFetchRequest for req: every header but the
+// credential's, in a stable order, and the credential on its own.
+func (t *transport) request(req *http.Request) *coorddv1.GetOrFetchRequest {
+	g := &coorddv1.GetOrFetchRequest{Url: urlOf(req), Head: req.Method == http.MethodHead}
+	names := make([]string, 0, len(req.Header))
+	for name := range req.Header {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		vs := req.Header[name]
+		if http.CanonicalHeaderKey(name) == t.credHeader {
+			if len(vs) > 0 && g.Credential == "" {
+				g.Credential = vs[0]
+			}
+			continue
+		}
+		for _, v := range vs {
+			g.Headers = append(g.Headers, &coorddv1.Header{Name: name, Value: v})
+		}
+	}
+	return g
+}
+
+// failed turns the error of a call that delivered no metadata into
+// RoundTrip's results.
+func (t *transport) failed(req *http.Request, err error) (*http.Response, error) {
+	if ctxErr := req.Context().Err(); ctxErr != nil {
+		return nil, ctxErr
+	}
+	if errors.Is(err, ErrUnreachable) {
+		return nil, &netError{err}
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return unavailable(req, err, st), nil
+	case codes.PermissionDenied:
+		if strings.Contains(st.Message(), "outside every configured upstream") {
+			if t.fallback != nil {
+				return t.fallback.RoundTrip(req)
+			}
+			return nil, fmt.Errorf("%w: %s %s: outside every upstream coordd is configured for (WithFallback names a transport for it): %w", ErrNotCarried, req.Method, redacted(req), err)
+		}
+	}
+	return nil, fmt.Errorf("coordd: %s %s: %w", req.Method, redacted(req), err)
+}
+
+// httpResponse is the http.Response for s, the stream of req.
+func httpResponse(req *http.Request, s *stream) *http.Response {
+	md := s.md
+	h := make(http.Header, len(md.GetHeaders())+10)
+	for _, f := range md.GetHeaders() {
+		h.Add(f.GetName(), f.GetValue())
+	}
+	for name, v := range map[string]string{"Content-Type": md.GetContentType(), "Etag": md.GetEtag(), "Last-Modified": md.GetLastModified()} {
+		if v != "" && h.Get(name) == "" {
+			h.Set(name, v)
+		}
+	}
+	size := md.GetSize()
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	age := int64(md.GetAge().AsDuration() / time.Second)
+	h.Set(AgeHeader, strconv.FormatInt(age, 10))
+	if up, err := strconv.ParseInt(h.Get("Age"), 10, 64); err == nil && up >= 0 {
+		// RFC 9111 4.2.3: the age the upstream reported, plus the time
+		// the answer spent in coordd since.
+		age += up
+	}
+	h.Set("Age", strconv.FormatInt(age, 10))
+	if src := sourceName(md.GetSource()); src != "" {
+		h.Set(SourceHeader, src)
+	}
+	h.Set(StaleHeader, strconv.FormatBool(md.GetStale()))
+	if up := md.GetUpstream(); up != "" {
+		h.Set(UpstreamHeader, up)
+	}
+	code := int(md.GetStatusCode())
+	res := &http.Response{
+		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
+		StatusCode:    code,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          s,
+		ContentLength: size,
+		Request:       req,
+	}
+	if req.Method == http.MethodHead {
+		res.Body = http.NoBody
+	}
+	return res
+}
+
+// sourceName is the value of SourceHeader for src.
+func sourceName(src coorddv1.Source) string {
+	switch src {
+	case coorddv1.Source_SOURCE_L1:
+		return "l1"
+	case coorddv1.Source_SOURCE_L2:
+		return "l2"
+	case coorddv1.Source_SOURCE_UPSTREAM:
+		return "upstream"
+	}
+	return ""
+}
+
+// unavailable is the 503 for err, a status coordd answered that says it
+// cannot deliver the document now.
+func unavailable(req *http.Request, err error, st *status.Status) *http.Response {
+	secs := max(int64(math.Ceil(retryInfo(err).Seconds())), 1)
+	name := codeName(st.Code())
+	type detail struct {
+		Code       int    `json:"code"`
+		Status     string `json:"status"`
+		Message    string `json:"message"`
+		RetryAfter int64  `json:"retry_after_seconds"`
+	}
+	body, _ := json.Marshal(struct {
+		Message string `json:"message"`
+		Error   detail `json:"error"`
+	}{
+		Message: "coordd: " + name + ": " + st.Message(),
+		Error:   detail{Code: http.StatusServiceUnavailable, Status: name, Message: st.Message(), RetryAfter: secs},
+	})
+	body = append(body, '\n')
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set(ErrorHeader, headerValue(name+": "+st.Message()))
+	res := &http.Response{
+		Status:        "503 " + http.StatusText(http.StatusServiceUnavailable),
+		StatusCode:    http.StatusServiceUnavailable,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          http.NoBody,
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+	if req.Method != http.MethodHead {
+		res.Body = readCloser{bytes.NewReader(body)}
+	}
+	return res
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// maxErrorHeader bounds the value of ErrorHeader.
+const maxErrorHeader = 1024
+
+// headerValue is v fit for a header value: control characters replaced by
+// spaces, and at most maxErrorHeader bytes.
+func headerValue(v string) string {
+	v = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, v)
+	if len(v) > maxErrorHeader {
+		v = strings.ToValidUTF8(v[:maxErrorHeader], "")
+	}
+	return v
+}
+
+// codeName is c's name as in google.rpc.Code: PERMISSION_DENIED.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// netError is the Transport's error when no coordd answered. It wraps
+// ErrUnreachable and is a net.Error, as the errors of net/http's own
+// transport for a refused or cut connection are, so that code telling
+// network failures apart finds one.
+type netError struct{ err error }
+
+func (e *netError) Error() string { return e.err.Error() }
+func (e *netError) Unwrap() error { return e.err }
+
+// Timeout reports whether nothing came back before the deadline.
+func (e *netError) Timeout() bool { return status.Code(e.err) == codes.DeadlineExceeded }
+
+// Temporary is true: coordd may be back by the next call. (Deprecated in
+// net.Error, still part of it.)
+func (e *netError) Temporary() bool { return true }
