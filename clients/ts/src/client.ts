@@ -69,6 +69,11 @@ export interface RetryOptions {
   baseDelayMs?: number;
   /** maxDelayMs caps the bound of any wait. Default: 2000. */
   maxDelayMs?: number;
+  /** maxRetryInfoWaitMs is the longest RetryInfo delay a retry waits
+   * for: an error asking for a longer one is final, for a caller that
+   * would rather pass coordd's "not before" on (createFetch answers it as
+   * a 503 with Retry-After) than wait. Default: no such limit. */
+  maxRetryInfoWaitMs?: number;
 }
 
 /** TLSOptions configure TLS to coordd: PEM strings or bytes (a Buffer is
@@ -295,8 +300,10 @@ export class CoorddClient {
       } catch (err) {
         const ce = ConnectError.from(err);
         if (!retryable(ce.code) || n >= attempts || opts.signal?.aborted) throw ce;
+        const asked = retryDelayMs(ce) ?? 0;
+        if (r.maxRetryInfoWaitMs !== undefined && asked > r.maxRetryInfoWaitMs) throw ce;
         const backoff = Math.random() * Math.min(cap, base * 2 ** (n - 1));
-        const wait = Math.max(backoff, Math.min(retryDelayMs(ce) ?? 0, MAX_RETRY_DELAY_MS));
+        const wait = Math.max(backoff, Math.min(asked, MAX_RETRY_DELAY_MS));
         if (Date.now() + wait >= deadline) throw ce;
         await sleep(wait, opts.signal);
       }

@@ -9,7 +9,7 @@ import { STATUS_CODES } from "node:http";
 
 import { Code, ConnectError } from "@connectrpc/connect";
 
-import type { CoorddClient, DocumentStream } from "./client.js";
+import type { CoorddClient, DocumentStream, RetryOptions } from "./client.js";
 import { UnreachableError } from "./errors.js";
 import { Source, type Metadata } from "./gen/coordd/v1/coordd_pb.js";
 import { retryDelayMs } from "./retryinfo.js";
@@ -35,6 +35,13 @@ export interface FetchOptions {
   /** timeoutMs is the deadline of each call, reading the body included.
    * Default: the client's (timeoutMs, DEFAULT_TIMEOUT_MS). */
   timeoutMs?: number;
+  /** retry overrides the client's RetryOptions for these calls. Default:
+   * the client's, with maxRetryInfoWaitMs 0: an error from coordd that
+   * says when to ask again (a RetryInfo: its breaker open, its rate limit)
+   * is answered at once, as a 503 whose Retry-After says it, for the
+   * caller to decide; other Unavailable errors, and an unreachable coordd,
+   * are retried as the client says before the 503 or the TypeError. */
+  retry?: RetryOptions;
 }
 
 /** NotCarriedError rejects a request that coordd cannot carry when no
@@ -82,8 +89,9 @@ export class NotCarriedError extends TypeError {
  * (the code and coordd's message) and a JSON body shaped as coordd's HTTP
  * door's errors. When no coordd answers (an UnreachableError) the promise
  * rejects with a TypeError("fetch failed") whose cause is that error, as
- * Node's fetch does on a network error; the client's retries (RetryOptions)
- * come first in both cases. The signal aborts the call, before the
+ * Node's fetch does on a network error. The client's retries come first
+ * in both cases, but for an error with a RetryInfo (see
+ * FetchOptions.retry). The signal aborts the call, before the
  * response (the promise rejects with its reason) or while the body is
  * read (the body fails with it); cancelling the body ends the call too.
  * Any other error from coordd rejects with a TypeError whose cause is the
@@ -92,6 +100,7 @@ export class NotCarriedError extends TypeError {
  */
 export function createFetch(client: CoorddClient, options: FetchOptions = {}): FetchFunction {
   const credentialHeader = (options.credentialHeader ?? "authorization").toLowerCase();
+  const retry: RetryOptions = { maxRetryInfoWaitMs: 0, ...options.retry };
 
   const notCarried = (input: string | URL | Request, init: RequestInit | undefined, method: string, url: string, why: string, cause?: unknown) => {
     if (options.fallback) return options.fallback(input, init);
@@ -136,6 +145,7 @@ export function createFetch(client: CoorddClient, options: FetchOptions = {}): F
         head: method === "HEAD",
         signal,
         timeoutMs: options.timeoutMs,
+        retry,
       });
     } catch (err) {
       if (signal.aborted) throw signal.reason;

@@ -273,6 +273,25 @@ test("when coordd cannot answer: a 503 with Retry-After and X-Coordd-Error", asy
   }
 });
 
+test("coordd's errors are retried as the client says, but for one that says when to ask again", async () => {
+  const retrying = new CoorddClient(stub.addr, { retry: { attempts: 3, baseDelayMs: 1, maxDelayMs: 1 } });
+  try {
+    const calls = (path: string) => stub.calls.filter((c) => c.req.url === `${API}${path}`).length;
+    const f = createFetch(retrying);
+    const before = { unavailable: calls("/unavailable"), breaker: calls("/breaker"), rate: calls("/rate") };
+    assert.equal((await f(`${API}/unavailable`)).status, 503);
+    assert.equal(calls("/unavailable") - before.unavailable, 3, "an Unavailable without RetryInfo: every attempt");
+    const res = await f(`${API}/breaker`);
+    assert.equal(res.status, 503);
+    assert.equal(res.headers.get("retry-after"), "2");
+    assert.equal(calls("/breaker") - before.breaker, 1, "a RetryInfo: answered at once");
+    assert.equal((await f(`${API}/rate`)).status, 503);
+    assert.equal(calls("/rate") - before.rate, 1, "a RetryInfo: answered at once");
+  } finally {
+    retrying.close();
+  }
+});
+
 describe("a request coordd cannot carry", () => {
   const refused: { name: string; input: () => string | Request; init?: RequestInit; why: RegExp }[] = [
     { name: "POST", input: () => `${API}/doc`, init: { method: "POST", body: "{}" }, why: /POST is not carried/ },
