@@ -1,9 +1,10 @@
 // Client for coordd.v1.CoordinatorService over gRPC (HTTP/2, Connect's
 // gRPC transport): get(), which reassembles a GetOrFetch stream into one
 // document, and stream(), which hands its body over as it arrives (the
-// fetch drop-in, fetch.ts, is built on it). It follows the Go client (clients/go) where it can:
-// the same retryable codes, backoff, RetryInfo delays and default deadline,
-// without its circuit breaker and retry throttling. The three clients play
+// fetch drop-in, fetch.ts, is built on it). It follows the Go client
+// (clients/go) where it can: the same retryable codes, backoff, RetryInfo
+// delays and default deadline, without its circuit breaker and retry
+// throttling. The three clients play
 // one conformance corpus (testdata/client-conformance).
 
 import { setTimeout as delay } from "node:timers/promises";
@@ -130,7 +131,7 @@ export interface GetOptions {
   /** headers are sent with each attempt as gRPC metadata. */
   headers?: CallOptions["headers"];
   /** requestHeaders are the caller's HTTP request headers for the
-   * upstream (GetOrFetchRequest.headers): coordd sends on those the
+   * upstream (GetOrFetchRequest.headers): coordd forwards those the
    * upstream lists in forward_headers, which also tell cached variants
    * apart, and drops the rest, so a caller may pass all of its own. A
    * Headers object, a Map, or a record. */

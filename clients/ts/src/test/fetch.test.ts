@@ -12,6 +12,7 @@ import { chunk, document, failure, gate, metadata, startStub, untilAborted, type
 const held = gate(); // opens /held's second chunk
 const heldForAbort = gate();
 const heldForCancel = gate();
+const noMetadataReached = gate(); // opened when /no-metadata's call reaches the stub
 
 let stub: Stub;
 let client: CoorddClient;
@@ -57,6 +58,7 @@ before(async () => {
     "/held-abort": heldScript(heldForAbort),
     "/held-cancel": heldScript(heldForCancel),
     "/no-metadata": async function* (_req, ctx) {
+      noMetadataReached.open();
       await untilAborted(ctx);
     },
     "/short": async function* () {
@@ -240,7 +242,7 @@ describe("the body", () => {
 test("a signal aborted before the metadata rejects with its reason, and coordd's stream ends", async () => {
   const ctl = new AbortController();
   const p = fetch(`${API}/no-metadata`, { signal: ctl.signal });
-  while (stub.calls.at(-1)?.req.url !== `${API}/no-metadata`) await new Promise((r) => setImmediate(r));
+  await noMetadataReached.wait;
   ctl.abort();
   await assert.rejects(p, { name: "AbortError" });
   await lastCall().ended;
