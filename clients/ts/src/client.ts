@@ -1,8 +1,10 @@
 // Client for coordd.v1.CoordinatorService over gRPC (HTTP/2, Connect's
-// gRPC transport), and get(), which reassembles a GetOrFetch stream into
-// one document. It follows the Go client (clients/go) where it can:
-// the same retryable codes, backoff, RetryInfo delays and default deadline,
-// without its circuit breaker and retry throttling. The three clients play
+// gRPC transport): get(), which reassembles a GetOrFetch stream into one
+// document, and stream(), which hands its body over as it arrives (the
+// fetch drop-in, fetch.ts, is built on it). It follows the Go client
+// (clients/go) where it can: the same retryable codes, backoff, RetryInfo
+// delays and default deadline, without its circuit breaker and retry
+// throttling. The three clients play
 // one conformance corpus (testdata/client-conformance).
 
 import { setTimeout as delay } from "node:timers/promises";
@@ -10,11 +12,13 @@ import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
-import { CoordinatorService, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
+import { CoordinatorService, type GetOrFetchResponse, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 
+import { BodyTooLargeError, UnreachableError } from "./errors.js";
 import { retryDelayMs } from "./retryinfo.js";
+import { activeTraceContext } from "./trace.js";
 
 /** durationFromMs converts milliseconds to a google.protobuf.Duration. */
 function durationFromMs(ms: number): Duration {
@@ -24,6 +28,8 @@ function durationFromMs(ms: number): Duration {
 
 export { Code, ConnectError };
 export * from "./gen/coordd/v1/coordd_pb.js";
+export { BodyTooLargeError, UnreachableError } from "./errors.js";
+export { createFetch, NotCarriedError, type FetchFunction, type FetchOptions } from "./fetch.js";
 
 /** DEFAULT_ADDR is where coordd listens by default. */
 export const DEFAULT_ADDR = "127.0.0.1:50051";
@@ -49,51 +55,6 @@ export interface Document {
   text(): string;
 }
 
-/**
- * UnreachableError reports that no coordd answered: the connection was
- * refused, reset or lost mid-call, or the name did not resolve. Its code is
- * Unavailable and its cause the transport's error. An Unavailable that
- * coordd sent itself (an upstream down and no stale copy) is a plain
- * ConnectError.
- */
-export class UnreachableError extends ConnectError {
-  constructor(addr: string, cause: ConnectError) {
-    super(`coordd at ${addr} is unreachable: ${cause.rawMessage}`, Code.Unavailable, undefined, undefined, cause);
-  }
-
-  // ConnectError's own check, inherited, would take every ConnectError for
-  // an UnreachableError; this one follows the prototype chain.
-  static override [Symbol.hasInstance](v: unknown): boolean {
-    return Function.prototype[Symbol.hasInstance].call(this, v);
-  }
-}
-
-/**
- * BodyTooLargeError reports a document whose metadata announces a body
- * larger than the client's maxBodyBytes: get fails as soon as the metadata
- * arrives, before any of the body, and cancels the stream, so that coordd
- * stops sending. Its code is FailedPrecondition, the code coordd gives a
- * body above its own max_body_bytes; it is not retried.
- */
-export class BodyTooLargeError extends ConnectError {
-  /** size is the body's size, as the metadata announced it. */
-  readonly size: bigint;
-  /** limit is the client's maxBodyBytes. */
-  readonly limit: number;
-
-  constructor(size: bigint, limit: number) {
-    super(`coordd: body too large: metadata says ${size} bytes; the limit is ${limit} (maxBodyBytes)`, Code.FailedPrecondition);
-    this.size = size;
-    this.limit = limit;
-  }
-
-  // As for UnreachableError: ConnectError's own check would take every
-  // ConnectError for a BodyTooLargeError.
-  static override [Symbol.hasInstance](v: unknown): boolean {
-    return Function.prototype[Symbol.hasInstance].call(this, v);
-  }
-}
-
 /** RetryOptions say how a call is retried. Semantics of gRPC's retry design
  * (gRFC A6): an attempt failing with Unavailable or ResourceExhausted is
  * retried after a random wait in [0, min(baseDelayMs·2^(n-1), maxDelayMs))
@@ -109,6 +70,11 @@ export interface RetryOptions {
   baseDelayMs?: number;
   /** maxDelayMs caps the bound of any wait. Default: 2000. */
   maxDelayMs?: number;
+  /** maxRetryInfoWaitMs is the longest RetryInfo delay a retry waits
+   * for: an error asking for a longer one is final, for a caller that
+   * would rather pass coordd's "not before" on (createFetch answers it as
+   * a 503 with Retry-After) than wait. Default: no such limit. */
+  maxRetryInfoWaitMs?: number;
 }
 
 /** TLSOptions configure TLS to coordd: PEM strings or bytes (a Buffer is
@@ -164,11 +130,57 @@ export interface GetOptions {
   timeoutMs?: number;
   /** headers are sent with each attempt as gRPC metadata. */
   headers?: CallOptions["headers"];
+  /** requestHeaders are the caller's HTTP request headers for the
+   * upstream (GetOrFetchRequest.headers): coordd forwards those the
+   * upstream lists in forward_headers, which also tell cached variants
+   * apart, and drops the rest, so a caller may pass all of its own. A
+   * Headers object, a Map, or a record. */
+  requestHeaders?: Iterable<readonly [string, string]> | Record<string, string>;
+  /** credential is the caller's own credential for the upstream: the
+   * whole value of its credential header, such as "Bearer ghp_...". Used
+   * for this call's fetch and never stored; callers with the same one
+   * share a fetch and a cached copy, callers with different ones never
+   * see each other's. An upstream without caller_credentials: true
+   * refuses it (PermissionDenied). */
+  credential?: string;
   /** onProgress is called with each progress event as it arrives, also
    * for attempts that are later retried. */
   onProgress?: (p: Progress) => void;
   /** retry overrides the client's RetryOptions. */
   retry?: RetryOptions;
+}
+
+/** StreamOptions configure one stream. */
+export interface StreamOptions extends GetOptions {
+  /** head asks for the metadata only, as HTTP's HEAD: the document is
+   * fetched and cached as for any call, and the stream has no body. */
+  head?: boolean;
+}
+
+/**
+ * DocumentStream is a GetOrFetch call whose metadata has arrived, its body
+ * still coming. Read it to the end, or cancel it: until then the call
+ * holds its HTTP/2 stream open (up to the call's deadline). It is not
+ * safe for concurrent reads.
+ */
+export interface DocumentStream extends AsyncIterable<Uint8Array> {
+  /** metadata is the stream's one metadata event. */
+  readonly metadata: Metadata;
+  /** progress holds the progress events that came before it. */
+  readonly progress: readonly Progress[];
+  /**
+   * read returns the next piece of the body as it arrives, or undefined
+   * after the last one. It rejects as get does: with Internal when the
+   * stream breaks its order or the body differs from metadata.size (a
+   * longer body as soon as its excess arrives, a shorter one at its end),
+   * with an UnreachableError when the connection is lost, with Canceled
+   * when the signal aborts or after cancel, and with coordd's code
+   * otherwise; a stream is never retried once its metadata has arrived.
+   */
+  read(): Promise<Uint8Array | undefined>;
+  /** cancel ends the call, so that coordd stops sending; a read then
+   * rejects with Canceled. Idempotent; nothing after the last read. */
+  cancel(): void;
 }
 
 /**
@@ -199,7 +211,21 @@ export class CoorddClient {
       cert: pem(tls.cert),
       key: pem(tls.key),
     });
-    const interceptors: Interceptor[] = [];
+    // Every call carries the caller's active OpenTelemetry span, when
+    // @opentelemetry/api is installed and one is active, unless the call
+    // names its own traceparent.
+    const interceptors: Interceptor[] = [
+      (next) => async (req) => {
+        if (!req.header.has("traceparent")) {
+          const tc = await activeTraceContext();
+          if (tc) {
+            req.header.set("traceparent", tc.traceparent);
+            if (tc.tracestate) req.header.set("tracestate", tc.tracestate);
+          }
+        }
+        return next(req);
+      },
+    ];
     if (opts.token) {
       const authorization = `Bearer ${opts.token}`;
       interceptors.push((next) => (req) => {
@@ -239,6 +265,30 @@ export class CoorddClient {
    * attempt that fails part-way is discarded whole.
    */
   async get(url: string, opts: GetOptions = {}): Promise<Document> {
+    return this.retrying(opts, async (deadline) => {
+      const s = await this.open(url, opts, deadline);
+      const body = new BodyBuilder(Number(s.metadata.size));
+      for (let c = await s.read(); c !== undefined; c = await s.read()) body.append(c);
+      const bytes = body.bytes();
+      return { body: bytes, metadata: s.metadata, progress: s.progress, text: () => new TextDecoder().decode(bytes) };
+    });
+  }
+
+  /**
+   * stream is get that returns as soon as the metadata arrives, with the
+   * body to read as it comes (see DocumentStream): for a caller that
+   * passes the body on rather than holding it whole. Before the metadata,
+   * it fails and retries as get does (signal, deadline, maxBodyBytes and
+   * RetryOptions included); after it, nothing is retried. The call's
+   * deadline (timeoutMs) covers reading the body too.
+   */
+  async stream(url: string, opts: StreamOptions = {}): Promise<DocumentStream> {
+    return this.retrying(opts, (deadline) => this.open(url, opts, deadline));
+  }
+
+  // retrying runs attempt until it succeeds, or fails with a code that is
+  // final, or retries are spent (see RetryOptions).
+  private async retrying<T>(opts: GetOptions, attempt: (deadline: number) => Promise<T>): Promise<T> {
     const r = { ...this.retry, ...opts.retry };
     const attempts = Math.max(1, r.attempts ?? 4);
     const base = r.baseDelayMs ?? 100;
@@ -247,62 +297,60 @@ export class CoorddClient {
     const deadline = timeoutMs > 0 ? Date.now() + timeoutMs : Infinity;
     for (let n = 1; ; n++) {
       try {
-        return await this.getOnce(url, opts, deadline);
+        return await attempt(deadline);
       } catch (err) {
         const ce = ConnectError.from(err);
         if (!retryable(ce.code) || n >= attempts || opts.signal?.aborted) throw ce;
+        const asked = retryDelayMs(ce) ?? 0;
+        if (r.maxRetryInfoWaitMs !== undefined && asked > r.maxRetryInfoWaitMs) throw ce;
         const backoff = Math.random() * Math.min(cap, base * 2 ** (n - 1));
-        const wait = Math.max(backoff, Math.min(retryDelayMs(ce) ?? 0, MAX_RETRY_DELAY_MS));
+        const wait = Math.max(backoff, Math.min(asked, MAX_RETRY_DELAY_MS));
         if (Date.now() + wait >= deadline) throw ce;
         await sleep(wait, opts.signal);
       }
     }
   }
 
-  private async getOnce(url: string, opts: GetOptions, deadline: number): Promise<Document> {
+  // open makes one attempt: it starts the call and reads it up to its
+  // metadata.
+  private async open(url: string, opts: StreamOptions, deadline: number): Promise<DocumentStream> {
     const progress: Progress[] = [];
-    let metadata: Metadata | undefined;
-    let body: BodyBuilder | undefined;
     const timeoutMs = deadline === Infinity ? undefined : Math.max(1, deadline - Date.now());
-    // Connect's stream iterator has no return(): leaving the loop early, on
-    // an error thrown below, would leave the HTTP/2 stream open, coordd
-    // still sending, until the deadline. So each attempt has its own
-    // signal, aborted when the attempt ends.
-    const attempt = new AbortController();
-    const cancel = (): void => attempt.abort(opts.signal?.reason);
-    opts.signal?.addEventListener("abort", cancel);
-    if (opts.signal?.aborted) cancel();
+    const call = new Call(this.addr, opts.signal);
     try {
-      const stream = this.rpc.getOrFetch(
-        {
-          url,
-          key: opts.key ?? "",
-          noStale: opts.noStale ?? false,
-          maxAge: opts.maxAgeMs === undefined ? undefined : durationFromMs(opts.maxAgeMs),
-        },
-        { signal: attempt.signal, timeoutMs, headers: opts.headers },
+      call.start(
+        this.rpc.getOrFetch(
+          {
+            url,
+            key: opts.key ?? "",
+            noStale: opts.noStale ?? false,
+            maxAge: opts.maxAgeMs === undefined ? undefined : durationFromMs(opts.maxAgeMs),
+            headers: headerList(opts.requestHeaders),
+            credential: opts.credential ?? "",
+            head: opts.head ?? false,
+          },
+          { signal: call.signal, timeoutMs, headers: opts.headers },
+        ),
       );
-      for await (const res of stream) {
-        const ev = res.event;
+      for (;;) {
+        const next = await call.next();
+        if (next.done) throw badStream("stream ended without metadata");
+        const ev = next.value.event;
         switch (ev.case) {
           case "progress":
-            if (metadata) throw badStream("progress after metadata");
             progress.push(ev.value);
             opts.onProgress?.(ev.value);
             break;
-          case "metadata":
-            if (metadata) throw badStream("second metadata");
-            if (ev.value.size < 0n) throw badStream(`metadata says size ${ev.value.size}`);
-            if (this.maxBodyBytes > 0n && ev.value.size > this.maxBodyBytes) {
-              throw new BodyTooLargeError(ev.value.size, Number(this.maxBodyBytes));
+          case "metadata": {
+            const md = ev.value;
+            if (md.size < 0n) throw badStream(`metadata says size ${md.size}`);
+            if (!opts.head && this.maxBodyBytes > 0n && md.size > this.maxBodyBytes) {
+              throw new BodyTooLargeError(md.size, Number(this.maxBodyBytes));
             }
-            metadata = ev.value;
-            body = new BodyBuilder(Number(metadata.size));
-            break;
+            return new BodyStream(md, progress, opts.head ?? false, call);
+          }
           case "chunk":
-            if (!body) throw badStream("chunk before metadata");
-            body.append(ev.value.data);
-            break;
+            throw badStream("chunk before metadata");
           default:
             // An event this client does not know, added to the protocol
             // after it: skipped, as the Go and Python clients do.
@@ -310,18 +358,8 @@ export class CoorddClient {
         }
       }
     } catch (err) {
-      const ce = ConnectError.from(err);
-      throw lostConnection(ce, opts.signal) ? new UnreachableError(this.addr, ce) : ce;
-    } finally {
-      opts.signal?.removeEventListener("abort", cancel);
-      attempt.abort();
+      throw call.fail(err);
     }
-    if (!metadata || !body) throw badStream("stream ended without metadata");
-    const bytes = body.bytes();
-    if (BigInt(bytes.length) !== metadata.size) {
-      throw badStream(`body is ${bytes.length} bytes; metadata says ${metadata.size}`);
-    }
-    return { body: bytes, metadata, progress, text: () => new TextDecoder().decode(bytes) };
   }
 
   /** close drops the connection; calls in flight fail. */
@@ -370,6 +408,169 @@ function lostConnection(err: ConnectError, signal?: AbortSignal): boolean {
     if (code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_")) return true;
   }
   return err.code === Code.Canceled && !signal?.aborted;
+}
+
+// headerList turns request headers into the wire's Header list.
+function headerList(h: GetOptions["requestHeaders"]): { name: string; value: string }[] {
+  if (!h) return [];
+  const pairs = Symbol.iterator in h ? (h as Iterable<readonly [string, string]>) : Object.entries(h);
+  return Array.from(pairs, ([name, value]) => ({ name, value }));
+}
+
+/**
+ * Call is one attempt's lifetime: its own AbortController, aborted when
+ * the caller's signal aborts or the attempt ends, and its stream iterator.
+ * Connect's stream iterator has no return(): an attempt given up early
+ * would otherwise leave its HTTP/2 stream open, coordd still sending,
+ * until the deadline. Nor does aborting release the call: Connect clears
+ * its deadline timer (which keeps the process alive) only when the
+ * iterator ends, so an attempt ended with no read pending reads the
+ * aborted iterator to its end.
+ */
+class Call {
+  private readonly ctl = new AbortController();
+  private readonly onAbort: () => void;
+  private ended = false;
+  private it: AsyncIterator<GetOrFetchResponse> | undefined;
+  private pending = false; // a next() is in progress
+  private finished = false; // the iterator has ended or failed
+
+  constructor(
+    private readonly addr: string,
+    private readonly caller: AbortSignal | undefined,
+  ) {
+    this.onAbort = () => this.ctl.abort(caller?.reason);
+    caller?.addEventListener("abort", this.onAbort);
+    if (caller?.aborted) this.onAbort();
+  }
+
+  /** signal is the attempt's, for Connect. */
+  get signal(): AbortSignal {
+    return this.ctl.signal;
+  }
+
+  /** start gives the call its stream. */
+  start(stream: AsyncIterable<GetOrFetchResponse>): void {
+    this.it = stream[Symbol.asyncIterator]();
+  }
+
+  /** next is the stream's next event; not to be called concurrently. */
+  async next(): Promise<IteratorResult<GetOrFetchResponse>> {
+    this.pending = true;
+    try {
+      const r = await this.it!.next();
+      if (r.done) this.finished = true;
+      return r;
+    } catch (err) {
+      this.finished = true;
+      throw err;
+    } finally {
+      this.pending = false;
+      if (this.ended) this.drain();
+    }
+  }
+
+  /** end releases the attempt; idempotent. */
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.caller?.removeEventListener("abort", this.onAbort);
+    this.ctl.abort();
+    this.drain();
+  }
+
+  // drain reads an ended call's iterator to its end, which comes at once:
+  // the call is aborted.
+  private drain(): void {
+    if (!this.it || this.pending || this.finished) return;
+    const it = this.it;
+    this.finished = true;
+    void (async () => {
+      try {
+        while (!(await it.next()).done);
+      } catch {
+        // the abort's Canceled, expected
+      }
+    })();
+  }
+
+  /** fail ends the attempt and returns err as the caller sees it: a lost
+   * connection is an UnreachableError, unless the attempt was ended on
+   * purpose first (then the Canceled is the caller's). */
+  fail(err: unknown): ConnectError {
+    const cancelled = this.ended || (this.caller?.aborted ?? false);
+    this.end();
+    const ce = ConnectError.from(err);
+    return !cancelled && lostConnection(ce, this.caller) ? new UnreachableError(this.addr, ce) : ce;
+  }
+}
+
+/** BodyStream is a DocumentStream over an attempt's stream iterator. */
+class BodyStream implements DocumentStream {
+  private received = 0n;
+  private done = false;
+  private error: ConnectError | undefined;
+
+  constructor(
+    readonly metadata: Metadata,
+    readonly progress: readonly Progress[],
+    private readonly head: boolean,
+    private readonly call: Call,
+  ) {}
+
+  async read(): Promise<Uint8Array | undefined> {
+    if (this.error) throw this.error;
+    if (this.done) return undefined;
+    try {
+      for (;;) {
+        const next = await this.call.next();
+        if (next.done) {
+          if (!this.head && this.received !== this.metadata.size) {
+            throw badStream(`body is ${this.received} bytes; metadata says ${this.metadata.size}`);
+          }
+          this.done = true;
+          this.call.end();
+          return undefined;
+        }
+        const ev = next.value.event;
+        switch (ev.case) {
+          case "progress":
+            throw badStream("progress after metadata");
+          case "metadata":
+            throw badStream("second metadata");
+          case "chunk": {
+            const data = ev.value.data;
+            if (this.head) throw badStream("a chunk in answer to head");
+            if (BigInt(data.length) > this.metadata.size - this.received) {
+              throw badStream(`body exceeds the ${this.metadata.size} bytes metadata says`);
+            }
+            this.received += BigInt(data.length);
+            if (data.length > 0) return data;
+            break;
+          }
+          default:
+            break; // an event this client does not know: skipped
+        }
+      }
+    } catch (err) {
+      this.error = this.call.fail(err);
+      throw this.error;
+    }
+  }
+
+  cancel(): void {
+    if (this.done || this.error) return;
+    this.error = new ConnectError("coordd: stream cancelled", Code.Canceled);
+    this.call.end();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+    try {
+      for (let c = await this.read(); c !== undefined; c = await this.read()) yield c;
+    } finally {
+      this.cancel(); // a loop left early ends the call; after the end, nothing
+    }
+  }
 }
 
 function badStream(msg: string): ConnectError {

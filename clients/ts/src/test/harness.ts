@@ -1,12 +1,15 @@
-// Test harness: a real coordd built from this repository, in front of a
-// fake MDN served from this process.
+// Test harness: real coordd processes built from this repository, alone
+// or several sharing a redis-server, in front of a fake MDN served from this
+// process or the fake GitHub-like API of internal/fakeapi (fakeapid).
 
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createHTTPServer, type Server } from "node:http";
+import { get as httpGet } from "node:http";
 import { connect, createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { delimiter, join } from "node:path";
+import { createInterface } from "node:readline";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -79,14 +82,20 @@ export interface Coordd {
 
 /** CoorddOptions configure startCoordd. */
 export interface CoorddOptions {
-  /** config is YAML written to a file given as --config (tls, tenants). */
+  /** config is YAML (tls, tenants, upstreams) added to the harness's own
+   * settings (drain_delay, max_age_floor, which it must not repeat) in
+   * the file given as --config. */
   config?: string;
   /** env is added to coordd's environment (tokens_env). */
   env?: Record<string, string>;
+  /** redis is a Redis URL (Redis.url): instances given the same one share
+   * a cache and one fetch per key. Default: single-node mode. */
+  redis?: string;
 }
 
-/** startCoordd starts coordd in single-node mode on a free port with the
- * given upstreams, and resolves once the port accepts connections. */
+/** startCoordd starts coordd on a free port with the given upstreams (and
+ * those of opts.config), in single-node mode unless opts.redis, and
+ * resolves once the port accepts connections. */
 export async function startCoordd(upstreams: Record<string, string>, opts: CoorddOptions = {}): Promise<Coordd> {
   const bin = await buildCoordd();
   const addr = `127.0.0.1:${await freePort()}`;
@@ -94,15 +103,10 @@ export async function startCoordd(upstreams: Record<string, string>, opts: Coord
   // a test can refuse a copy milliseconds old.
   const dir = mkdtempSync(join(tmpdir(), "coordd-conf-"));
   const config = join(dir, "coordd.yaml");
-  writeFileSync(config, "drain_delay: 1ms\nmax_age_floor: -1ns\n");
+  writeFileSync(config, `drain_delay: 1ms\nmax_age_floor: -1ns\n${opts.config ?? ""}`);
   const args = ["--config", config, "--listen", addr];
   for (const [name, base] of Object.entries(upstreams)) args.push("--upstream", `${name}=${base}`);
-  if (opts.config !== undefined) {
-    const dir = mkdtempSync(join(tmpdir(), "coordd-ts-config-"));
-    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-    writeFileSync(join(dir, "coordd.yaml"), opts.config);
-    args.push("--config", join(dir, "coordd.yaml"));
-  }
+  if (opts.redis) args.push("--redis", opts.redis);
   const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, ...opts.env } });
   let log = "";
   proc.stderr!.setEncoding("utf8").on("data", (s: string) => (log += s));
@@ -115,7 +119,7 @@ export async function startCoordd(upstreams: Record<string, string>, opts: Coord
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await waitForPort(addr, proc, 20_000);
+    await waitForPort("coordd", addr, proc, 20_000);
   } catch (err) {
     await stop();
     throw new Error(`${(err as Error).message}\ncoordd log:\n${log}`);
@@ -123,11 +127,11 @@ export async function startCoordd(upstreams: Record<string, string>, opts: Coord
   return { addr, stderr: () => log, stop, kill: () => proc.kill("SIGKILL") };
 }
 
-async function waitForPort(addr: string, proc: ChildProcess, timeoutMs: number): Promise<void> {
+async function waitForPort(what: string, addr: string, proc: ChildProcess, timeoutMs: number): Promise<void> {
   const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (proc.exitCode !== null) throw new Error(`coordd exited with status ${proc.exitCode}`);
+    if (proc.exitCode !== null) throw new Error(`${what} exited with status ${proc.exitCode}`);
     const ok = await new Promise<boolean>((resolve) => {
       const c = connect(port, host, () => {
         c.destroy();
@@ -135,9 +139,132 @@ async function waitForPort(addr: string, proc: ChildProcess, timeoutMs: number):
       }).once("error", () => resolve(false));
     });
     if (ok) return;
-    if (Date.now() > deadline) throw new Error(`coordd did not listen on ${addr} within ${timeoutMs} ms`);
+    if (Date.now() > deadline) throw new Error(`${what} did not listen on ${addr} within ${timeoutMs} ms`);
     await delay(50);
   }
+}
+
+/** Redis is a running redis-server. */
+export interface Redis {
+  /** url is its redis:// URL, for coordd's --redis. */
+  url: string;
+  /** stop ends it and removes its directory. */
+  stop(): Promise<void>;
+}
+
+// redisServer finds redis-server: $REDIS_SERVER, else on PATH, else
+// Debian's /usr/bin/redis-server.
+function redisServer(): string {
+  if (process.env["REDIS_SERVER"]) return process.env["REDIS_SERVER"];
+  for (const p of (process.env["PATH"] ?? "").split(delimiter)) {
+    if (p && existsSync(join(p, "redis-server"))) return join(p, "redis-server");
+  }
+  if (existsSync("/usr/bin/redis-server")) return "/usr/bin/redis-server";
+  throw new Error("redis-server not found: install it (apt-get install redis-server) or set REDIS_SERVER to its path");
+}
+
+/** startRedis starts a redis-server on a free loopback port, keeping
+ * nothing on disk, and resolves once it accepts connections. */
+export async function startRedis(): Promise<Redis> {
+  const bin = redisServer();
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "coordd-ts-redis-"));
+  const args = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--logfile", ""];
+  const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  proc.stdout!.setEncoding("utf8").on("data", (s: string) => (log += s));
+  proc.stderr!.setEncoding("utf8").on("data", (s: string) => (log += s));
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGTERM");
+    const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
+    await exited;
+    clearTimeout(t);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await waitForPort("redis-server", `127.0.0.1:${port}`, proc, 20_000);
+  } catch (err) {
+    await stop();
+    throw new Error(`${(err as Error).message}\nredis-server log:\n${log}`);
+  }
+  return { url: `redis://127.0.0.1:${port}/0`, stop };
+}
+
+/** FakeAPI is a running fakeapid (internal/fakeapi): a GitHub-like JSON
+ * API whose answers name the login they were made for ("viewer"). */
+export interface FakeAPI {
+  /** base is its base URL, without a trailing slash. */
+  base: string;
+  /** stats returns the requests it counted, by path (with the query, as
+   * sent) and login ("" anonymous). */
+  stats(): Promise<FakeAPIHit[]>;
+  /** requests returns how many requests for path (with its query) were
+   * made as login. */
+  requests(path: string, login: string): Promise<number>;
+  /** close ends it (closing its stdin) and waits for its exit. */
+  close(): Promise<void>;
+}
+
+/** FakeAPIHit is one row of the fake API's GET /_fake/stats. */
+export interface FakeAPIHit {
+  path: string;
+  login: string;
+  count: number;
+}
+
+/** FakeAPIOptions configure startFakeAPI. */
+export interface FakeAPIOptions {
+  /** tokens maps a login to its token; a request sends "Authorization:
+   * Bearer <token>" or "token <token>". */
+  tokens: Record<string, string>;
+  /** delayMs holds every answer back, so that concurrent calls overlap. */
+  delayMs?: number;
+}
+
+/** startFakeAPI builds and starts ./internal/fakeapi/fakeapid on a free
+ * loopback port. */
+export async function startFakeAPI(opts: FakeAPIOptions): Promise<FakeAPI> {
+  const bin = await goBuild("./internal/fakeapi/fakeapid");
+  const args = ["-tokens", Object.entries(opts.tokens).map(([login, tok]) => `${login}=${tok}`).join(",")];
+  if (opts.delayMs) args.push("-delay", `${opts.delayMs}ms`);
+  const proc = spawn(bin, args, { stdio: ["pipe", "pipe", "pipe"] });
+  let log = "";
+  proc.stderr!.setEncoding("utf8").on("data", (s: string) => (log += s));
+  const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
+  const lines = createInterface({ input: proc.stdout! });
+  const base = await new Promise<string>((resolve, reject) => {
+    lines.once("line", resolve);
+    proc.once("exit", (code) => reject(new Error(`fakeapid exited with status ${code} before printing its url\n${log}`)));
+  });
+  lines.close();
+  proc.stdout!.resume();
+  const stats = () =>
+    new Promise<FakeAPIHit[]>((resolve, reject) => {
+      // node:http, not fetch: a test may have replaced globalThis.fetch.
+      httpGet(`${base}/_fake/stats`, (res) => {
+        let body = "";
+        res.setEncoding("utf8").on("data", (s: string) => (body += s));
+        res.on("end", () => {
+          try {
+            resolve((JSON.parse(body) as { hits: FakeAPIHit[] }).hits);
+          } catch (err) {
+            reject(new Error(`fakeapid stats: ${res.statusCode}: ${body}: ${String(err)}`));
+          }
+        });
+      }).once("error", reject);
+    });
+  return {
+    base,
+    stats,
+    requests: async (path, login) => (await stats()).find((h) => h.path === path && h.login === login)?.count ?? 0,
+    close: async () => {
+      proc.stdin!.end();
+      const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
+      await exited;
+      clearTimeout(t);
+    },
+  };
 }
 
 /** FakeMDN serves fixed MDN pages and search results, and counts requests. */

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import { REPO_ROOT } from "./harness.js";
+import { document, startStub } from "./stubcoordd.js";
 
 const run = promisify(execFile);
 const PKG = fileURLToPath(new URL("../../", import.meta.url)); // clients/ts/
@@ -74,21 +75,28 @@ test("npm pack ships the built entries, LICENSE and README, and no tests", async
   );
 });
 
+// HOOKS logs, to $RESOLVED_LOG, the URL of every module Node resolves,
+// and "FAILED <specifier>" for every one it cannot.
+const HOOKS = `import { appendFileSync } from "node:fs";
+export async function resolve(specifier, context, next) {
+  let r;
+  try {
+    r = await next(specifier, context);
+  } catch (err) {
+    appendFileSync(process.env.RESOLVED_LOG, "FAILED " + specifier + "\\n");
+    throw err;
+  }
+  appendFileSync(process.env.RESOLVED_LOG, r.url + "\\n");
+  return r;
+}
+`;
+
 // loaded imports entry from the outside project and returns the URL of
 // every module Node resolved while loading it, as a resolve hook saw them.
 async function loaded(entry: string): Promise<string[]> {
   const log = join(outside, `resolved-${entry.replace(/\W/g, "_")}.txt`);
   writeFileSync(log, "");
-  writeFileSync(
-    join(outside, "hooks.mjs"),
-    `import { appendFileSync } from "node:fs";
-export async function resolve(specifier, context, next) {
-  const r = await next(specifier, context);
-  appendFileSync(process.env.RESOLVED_LOG, r.url + "\\n");
-  return r;
-}
-`,
-  );
+  writeFileSync(join(outside, "hooks.mjs"), HOOKS);
   writeFileSync(
     join(outside, "main.mjs"),
     `import { register } from "node:module";
@@ -101,9 +109,9 @@ if (Object.keys(m).length === 0) throw new Error("no exports");
   return readFileSync(log, "utf8").split("\n").filter(Boolean);
 }
 
-const heavy = (urls: string[]) => urls.filter((u) => /\/node_modules\/(@modelcontextprotocol\/|zod\/|parse5\/)/.test(u));
+const heavy = (urls: string[]) => urls.filter((u) => /\/node_modules\/(@modelcontextprotocol\/|zod\/|parse5\/|@opentelemetry\/|@octokit\/)/.test(u));
 
-test("importing the client loads neither the MCP SDK nor zod; the ./mcp entry does", async () => {
+test("importing the client loads neither the MCP SDK, zod nor @opentelemetry/api; the ./mcp entry does", async () => {
   const client = await loaded(pkg.name);
   assert.ok(client.some((u) => u.endsWith("/dist/client.js")), `the client entry was not loaded: ${client.join("\n")}`);
   assert.ok(client.some((u) => u.includes("/node_modules/@connectrpc/")), "the hook saw no dependency load");
@@ -114,6 +122,52 @@ test("importing the client loads neither the MCP SDK nor zod; the ./mcp entry do
   const mcp = await loaded(`${pkg.name}/mcp`);
   assert.ok(mcp.some((u) => u.includes("/node_modules/@modelcontextprotocol/sdk/")), "./mcp did not load the MCP SDK");
   assert.ok(mcp.some((u) => u.includes("/node_modules/zod/")), "./mcp did not load zod");
+});
+
+test("without @opentelemetry/api installed, the client loads and calls, with no trace context", async () => {
+  // A project where the package is installed as a copy (a symlink would
+  // resolve from clients/ts/, whose node_modules has the API), beside every
+  // dependency of clients/ts but @opentelemetry/*.
+  const bare = mkdtempSync(join(tmpdir(), "coordd-ts-nootel-"));
+  const stub = await startStub({ "/doc": document({ contentType: "text/plain" }, "hello") });
+  try {
+    const modules = join(bare, "node_modules");
+    const installed = join(modules, "@coordd", "client");
+    mkdirSync(installed, { recursive: true });
+    cpSync(join(PKG, "package.json"), join(installed, "package.json"));
+    cpSync(join(PKG, "dist"), join(installed, "dist"), { recursive: true, filter: (src) => !/[\\/]dist[\\/]test([\\/]|$)/.test(src) });
+    for (const name of readdirSync(join(PKG, "node_modules"))) {
+      if (name.startsWith(".") || name === "@coordd" || name === "@opentelemetry") continue;
+      symlinkSync(join(PKG, "node_modules", name), join(modules, name), "dir");
+    }
+    writeFileSync(join(bare, "package.json"), JSON.stringify({ private: true, type: "module" }));
+    writeFileSync(join(bare, "hooks.mjs"), HOOKS);
+    writeFileSync(
+      join(bare, "main.mjs"),
+      `import { register } from "node:module";
+register("./hooks.mjs", import.meta.url);
+const { CoorddClient, createFetch } = await import("${pkg.name}");
+const client = new CoorddClient(process.argv[2], { retry: { attempts: 1 } });
+const doc = await client.get("http://api.test/doc");
+const res = await createFetch(client)("http://api.test/doc");
+console.log(JSON.stringify({ get: doc.text(), fetch: await res.text() }));
+client.close();
+`,
+    );
+    const log = join(bare, "resolved.txt");
+    writeFileSync(log, "");
+    const { stdout } = await run(process.execPath, ["main.mjs", stub.addr], { cwd: bare, env: { ...process.env, RESOLVED_LOG: log } });
+    assert.deepEqual(JSON.parse(stdout), { get: "hello", fetch: "hello" });
+    const resolved = readFileSync(log, "utf8").split("\n").filter(Boolean);
+    assert.ok(resolved.some((u) => u.endsWith(`/${installed.split("/").slice(-2).join("/")}/dist/client.js`)), `the copy was not loaded:\n${resolved.join("\n")}`);
+    assert.ok(resolved.includes("FAILED @opentelemetry/api"), `the client did not look for @opentelemetry/api:\n${resolved.join("\n")}`);
+    assert.deepEqual(resolved.filter((u) => u.includes("@opentelemetry")), ["FAILED @opentelemetry/api"]);
+    assert.equal(stub.calls.length, 2);
+    for (const c of stub.calls) assert.equal(c.header.get("traceparent"), null);
+  } finally {
+    await stub.close();
+    rmSync(bare, { recursive: true, force: true });
+  }
 });
 
 test("the public types compile without @types/node", async () => {
@@ -143,7 +197,7 @@ test("the public types compile without @types/node", async () => {
       return String((err as { stdout?: string }).stdout ?? err);
     }
   };
-  const uses = `import { CoorddClient, Code, BodyTooLargeError, type ClientOptions, type Document } from "${pkg.name}";
+  const uses = `import { CoorddClient, Code, BodyTooLargeError, createFetch, NotCarriedError, type ClientOptions, type Document, type FetchFunction } from "${pkg.name}";
 import { MDN, newServer, serveHTTP, type HTTPServer } from "${pkg.name}/mcp";
 const opts: ClientOptions = { token: "t", tls: { ca: new Uint8Array(0), cert: "pem" }, retry: { attempts: 2 } };
 const c = new CoorddClient("127.0.0.1:50051", opts);
@@ -152,6 +206,10 @@ const code: Code = Code.Unavailable;
 export type Served = HTTPServer;
 export { d, code, BodyTooLargeError, serveHTTP };
 newServer(new MDN(c));
+const fallback: FetchFunction = globalThis.fetch;
+globalThis.fetch = createFetch(c, { fallback, retry: { maxRetryInfoWaitMs: 0 } });
+const notCarried: TypeError = new NotCarriedError("POST", "https://api.github.com/", "a POST is not carried");
+export { notCarried };
 `;
   // One compile (tsc on these types takes a while): the package's uses must
   // give no error, and the control, Node's Buffer, must give one, so that
