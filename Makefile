@@ -79,8 +79,9 @@ check-generated:
 # redis-server and haproxy (apt-get where possible), the Python client's
 # runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3)
 # and its stub generator (protoc 3.21 and grpc_python_plugin), and the
-# TypeScript client's npm packages, and promtool (Debian's prometheus
-# package) for the alert rules' tests.
+# TypeScript client's npm packages, promtool (Debian's prometheus
+# package) for the alert rules' tests, and systemd-analyze for the systemd
+# unit's.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found; installing it with apt-get"; \
@@ -157,6 +158,18 @@ deps:
 		fi; \
 	fi
 	@promtool --version 2>&1 | head -n 1
+	@# systemd-analyze (verify, security --offline: systemd 250 or later)
+	@# checks deploy/systemd/coordd.service (deploy's TestSystemdUnit).
+	@if ! command -v systemd-analyze >/dev/null 2>&1; then \
+		echo "systemd-analyze not found; installing Debian's systemd package with apt-get (the systemd unit's test needs it)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null); then \
+			echo "error: systemd-analyze (systemd >= 250) is required by the systemd unit's test (deploy/) and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install systemd) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@systemd-analyze --version | head -n 1
 
 # test is the one command that runs every test: generated code checked
 # against the protos, go vet and staticcheck (lint), go test -race
@@ -200,7 +213,7 @@ build:
 # DIST_PLATFORMS and each command of DIST_CMDS, a static binary (no cgo, so
 # no dynamic loader; -trimpath, so no local paths; -s -w, no symbol table or
 # DWARF; the version stamped into internal/version.Version) in
-# NAME_VERSION_OS_ARCH.tar.gz with LICENSE and README.md, then SHA256SUMS
+# NAME_VERSION_OS_ARCH.tar.gz with DIST_FILES and coordd.example.yaml, then SHA256SUMS
 # (sha256sum's format: `sha256sum -c SHA256SUMS` checks them). On GNU tar the
 # archives are reproducible: sorted, owned by 0:0, dated SOURCE_DATE_EPOCH
 # (the last commit's time), gzip without a name or time. deploy's
@@ -212,8 +225,23 @@ DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST_CMDS := coordd mdn-mcp
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 DIST_LDFLAGS = -s -w -X $(VERSION_PKG).Version=$(VERSION)
+# DIST_FILES are what every archive holds beside its binary, at their paths
+# in the repository: the README and every file its links (and theirs)
+# reach, docs/ whole (with docs/img), the commented example configuration
+# (also at the archive's root as coordd.example.yaml), and the deploy files:
+# the systemd unit, the Kubernetes manifests, the HAProxy configurations,
+# the Prometheus alert rules (and their tests) and the Grafana dashboard.
+# deploy's TestDist fails on a link of the archive's Markdown that leads
+# outside the archive: add its target here.
+DIST_FILES := LICENSE README.md CHANGELOG.md docs \
+	deploy/coordd.example.yaml deploy/systemd deploy/kubernetes deploy/haproxy \
+	deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml deploy/grafana \
+	clients/go/README.md clients/ts/README.md clients/python/README.md \
+	proto/coordd/v1/coordd.proto bench/REPORT.md $(sort $(wildcard bench/*.png)) \
+	testdata/client-conformance/README.md Dockerfile docker-compose.yml
 dist:
 	@case "$(VERSION)" in ""|*[!A-Za-z0-9._+-]*) echo "error: VERSION '$(VERSION)' must be letters, digits and . _ + - (it names files)" >&2; exit 1;; esac
+	@for f in $(DIST_FILES); do [ -e "$$f" ] || { echo "error: $$f (DIST_FILES) is missing" >&2; exit 1; }; done
 	@# Only what an earlier run left: DIST_DIR may be any directory.
 	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)/SHA256SUMS"
 	@tarflags=; if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
@@ -223,7 +251,8 @@ dist:
 		for c in $(DIST_CMDS); do \
 			name=$${c}_$(VERSION)_$${os}_$${arch}; dir="$(DIST_DIR)/$$name"; \
 			echo "dist: $$name.tar.gz"; \
-			mkdir -p "$$dir" && cp LICENSE README.md "$$dir/" && \
+			mkdir -p "$$dir" && tar -cf - $(DIST_FILES) | tar -C "$$dir" -xf - && \
+			cp deploy/coordd.example.yaml "$$dir/coordd.example.yaml" && \
 			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(DIST_LDFLAGS)" -o "$$dir/$$c" ./cmd/$$c && \
 			(cd "$(DIST_DIR)" && tar $$tarflags -cf - "$$name" | gzip -n -9 > "$$name.tar.gz") && \
 			rm -rf "$$dir" || exit 1; \
