@@ -73,12 +73,13 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist
+.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist dist-python
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
-# runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3)
-# and its stub generator (protoc 3.21 and grpc_python_plugin), and the
+# runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3),
+# its stub generator (protoc 3.21 and grpc_python_plugin) and what builds its
+# wheel offline (python3-setuptools, python3-wheel, python3-build), and the
 # TypeScript client's npm packages, promtool (Debian's prometheus
 # package) for the alert rules' tests, and systemd-analyze for the systemd
 # unit's.
@@ -142,10 +143,16 @@ deps:
 		fi; \
 	fi
 	@/usr/bin/python3 -c 'import grpc, google.protobuf; print("python3 grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
-	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip' 2>/dev/null || { \
+	@# The wheel and sdist of make dist (dist-python) are built offline with
+	@# Debian's setuptools, wheel and build; the install tests need venv and pip.
+	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip, wheel, build' 2>/dev/null || { \
+		echo "python3-venv, python3-setuptools, python3-pip, python3-wheel or python3-build not found; installing them with apt-get (make dist's wheel and the Python client's install tests need them)"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
-		$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip >/dev/null || { \
-			echo "error: the Python client's install test needs python3-venv, python3-setuptools and python3-pip." >&2; exit 1; }; }
+		(command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+			$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip python3-wheel python3-build >/dev/null) || { \
+			echo "error: make dist's Python wheel and the Python client's install tests need /usr/bin/python3 with venv, pip, setuptools, wheel and build" >&2; \
+			echo "(Debian: apt-get install python3-venv python3-pip python3-setuptools python3-wheel python3-build); they could not be installed." >&2; exit 1; }; }
+	@/usr/bin/python3 -c 'import setuptools, wheel, build; print("python3 setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", build.__version__)'
 	@protoc --version
 	@# promtool checks and unit-tests deploy/prometheus/alerts.yml (deploy's TestAlertRules).
 	@if ! command -v promtool >/dev/null 2>&1; then \
@@ -243,7 +250,7 @@ dist:
 	@case "$(VERSION)" in ""|*[!A-Za-z0-9._+-]*) echo "error: VERSION '$(VERSION)' must be letters, digits and . _ + - (it names files)" >&2; exit 1;; esac
 	@for f in $(DIST_FILES); do [ -e "$$f" ] || { echo "error: $$f (DIST_FILES) is missing" >&2; exit 1; }; done
 	@# Only what an earlier run left: DIST_DIR may be any directory.
-	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)/SHA256SUMS"
+	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)"/*.whl "$(DIST_DIR)/SHA256SUMS"
 	@tarflags=; if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
 		tarflags="--sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH)"; fi; \
 	for p in $(DIST_PLATFORMS); do \
@@ -258,9 +265,46 @@ dist:
 			rm -rf "$$dir" || exit 1; \
 		done; \
 	done
+	@$(MAKE) --no-print-directory dist-python
 	@# sha256sum (coreutils) or, on macOS, shasum -a 256: the same format.
-	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz; else shasum -a 256 *.tar.gz; fi > SHA256SUMS
+	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz *.whl; else shasum -a 256 *.tar.gz *.whl; fi > SHA256SUMS
 	@cat "$(DIST_DIR)/SHA256SUMS"
+
+# dist-python builds the Python client's wheel (pure Python:
+# coordd-V-py3-none-any.whl, V from clients/python/pyproject.toml) and
+# sdist (coordd-V.tar.gz) into $(DIST_DIR); make dist runs it. It uses
+# DIST_PYTHON's setuptools, wheel and build (Debian: python3-setuptools,
+# python3-wheel, python3-build; make deps installs them) without network
+# (build --no-isolation), on a copy of clients/python, so that no build/ or
+# *.egg-info lands in the tree. Both are reproducible: wheel dates its
+# entries SOURCE_DATE_EPOCH, and on GNU tar the sdist is repacked as the
+# archives are. Any Python 3.9+ installs the wheel with no build step
+# (clients/python/README.md); a python3 without the wheel package could
+# not build one (`invalid command 'bdist_wheel'`).
+DIST_PYTHON ?= /usr/bin/python3
+dist-python:
+	@$(DIST_PYTHON) -c 'import build, setuptools, wheel' 2>/dev/null || { \
+		echo "error: $(DIST_PYTHON) cannot import build, setuptools and wheel, which build the Python client's wheel offline." >&2; \
+		echo "Install them (Debian: apt-get install python3-build python3-setuptools python3-wheel; or run 'make deps'), or set DIST_PYTHON to a Python that has them." >&2; \
+		exit 1; }
+	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/coordd-*.whl "$(DIST_DIR)"/coordd-*.tar.gz
+	@dist=$$(cd "$(DIST_DIR)" && pwd) && tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && mkdir "$$tmp/src" "$$tmp/out" && \
+	tar -C $(PY_CLIENT) --exclude=./build --exclude=./dist --exclude=./.venv --exclude='*.egg-info' \
+		--exclude=__pycache__ --exclude='*.go' -cf "$$tmp/src.tar" . && \
+	tar -C "$$tmp/src" -xf "$$tmp/src.tar" && \
+	sde=$(SOURCE_DATE_EPOCH) && { [ "$$sde" -ge 315532800 ] || sde=315532800; } && \
+	if ! SOURCE_DATE_EPOCH=$$sde $(DIST_PYTHON) -m build --no-isolation --outdir "$$tmp/out" "$$tmp/src" > "$$tmp/build.log" 2>&1; then \
+		cat "$$tmp/build.log" >&2; echo "error: $(DIST_PYTHON) -m build --no-isolation failed" >&2; exit 1; \
+	fi && \
+	cd "$$tmp/out" && sdist=$$(echo coordd-*.tar.gz) && wheel=$$(echo coordd-*-py3-none-any.whl) && \
+	[ -f "$$sdist" ] && [ -f "$$wheel" ] || { echo "error: build made $$(ls); want an sdist and a py3-none-any wheel" >&2; exit 1; }; \
+	if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
+		mkdir "$$tmp/sdist" && tar -C "$$tmp/sdist" -xzf "$$sdist" && \
+		(cd "$$tmp/sdist" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$sde \
+			--format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+			-cf - "$${sdist%.tar.gz}") | gzip -n -9 > "$$sdist.new" && mv "$$sdist.new" "$$sdist" || exit 1; \
+	fi; \
+	mv "$$sdist" "$$wheel" "$$dist/" && echo "dist: $$sdist $$wheel"
 
 # run starts coordd on the embedded single-node default (no Redis) with MDN
 # as its upstream, listening on 127.0.0.1:50051.

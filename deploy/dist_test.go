@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"debug/elf"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -74,7 +76,18 @@ func TestDist(t *testing.T) {
 	if out, err := dist(dir, distVersion); err != nil {
 		t.Fatalf("make dist: %v\n%s", err, out)
 	}
-	want := []string{"SHA256SUMS"}
+	// The Python client's wheel and sdist, named for its own version.
+	pyproject, err := os.ReadFile(filepath.Join(root, "clients", "python", "pyproject.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^version = "([^"]+)"$`).FindSubmatch(pyproject)
+	if m == nil {
+		t.Fatal("clients/python/pyproject.toml: no version")
+	}
+	pyVersion := string(m[1])
+	wheel, sdist := "coordd-"+pyVersion+"-py3-none-any.whl", "coordd-"+pyVersion+".tar.gz"
+	want := []string{"SHA256SUMS", wheel, sdist}
 	for _, c := range []string{"coordd", "mdn-mcp"} {
 		want = append(want, c+"_"+distVersion+"_linux_amd64.tar.gz")
 	}
@@ -97,9 +110,13 @@ func TestDist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(sums), "\n"); n != 2 {
-		t.Errorf("SHA256SUMS has %d lines, want one per archive:\n%s", n, sums)
+	if n := strings.Count(string(sums), "\n"); n != len(want)-1 {
+		t.Errorf("SHA256SUMS has %d lines, want one per archive, wheel and sdist:\n%s", n, sums)
 	}
+	t.Run("python", func(t *testing.T) {
+		checkWheel(t, filepath.Join(dir, wheel), pyVersion)
+		checkSdist(t, filepath.Join(dir, sdist), pyVersion)
+	})
 
 	var docs []string // what every archive holds beside its binary
 	for _, c := range []string{"coordd", "mdn-mcp"} {
@@ -336,6 +353,72 @@ func checkDistConfig(t *testing.T, dir string) {
 	}
 	if cmds == 0 {
 		t.Error("the systemd unit has no ExecStart")
+	}
+}
+
+// checkWheel checks the Python client's wheel: pure Python, the package
+// with its generated stubs and the py.typed marker (PEP 561), listed in
+// RECORD, the dependencies declared, no tests.
+func checkWheel(t *testing.T, path, version string) {
+	t.Helper()
+	zr, err := zip.OpenReader(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer zr.Close()
+	read := func(name string) string {
+		f, err := zr.Open(name)
+		if err != nil {
+			t.Errorf("the wheel lacks %s: %v", name, err)
+			return ""
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	info := "coordd-" + version + ".dist-info/"
+	for _, name := range []string{"coordd/__init__.py", "coordd/_aio.py", "coordd/py.typed",
+		"coordd/v1/coordd_pb2.py", "coordd/v1/coordd_pb2.pyi", "coordd/_vendor/google/rpc/status_pb2.py"} {
+		read(name)
+	}
+	for _, f := range zr.File {
+		if strings.HasPrefix(f.Name, "tests/") || strings.Contains(f.Name, "__pycache__") || strings.HasSuffix(f.Name, ".go") {
+			t.Errorf("the wheel holds %s", f.Name)
+		}
+	}
+	if !strings.Contains(read(info+"RECORD"), "coordd/py.typed,") {
+		t.Errorf("the wheel's RECORD does not list coordd/py.typed")
+	}
+	if w := read(info + "WHEEL"); !strings.Contains(w, "Root-Is-Purelib: true") || !strings.Contains(w, "Tag: py3-none-any") {
+		t.Errorf("the wheel is not pure Python (py3-none-any):\n%s", w)
+	}
+	md := read(info + "METADATA")
+	for _, want := range []string{"Name: coordd\n", "Version: " + version + "\n", "Requires-Dist: grpcio", "Requires-Dist: protobuf"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the wheel's METADATA lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// checkSdist checks the Python client's source distribution: the package
+// with py.typed, pyproject.toml, the README and PKG-INFO under
+// coordd-VERSION/, owned by 0:0 (readTarGz).
+func checkSdist(t *testing.T, path, version string) {
+	t.Helper()
+	files := readTarGz(t, path)
+	top := "coordd-" + version + "/"
+	for _, name := range []string{"PKG-INFO", "pyproject.toml", "README.md", "coordd/__init__.py", "coordd/py.typed", "coordd/v1/coordd_pb2.pyi"} {
+		if _, ok := files[top+name]; !ok {
+			t.Errorf("the sdist lacks %s%s", top, name)
+		}
+	}
+	for name := range files {
+		if !strings.HasPrefix(name, top) || strings.Contains(name, "__pycache__") || strings.HasSuffix(name, ".go") {
+			t.Errorf("the sdist holds %s", name)
+		}
 	}
 }
 
