@@ -31,11 +31,12 @@ const distVersion = "0.0.0-disttest.7"
 // configuration and the deploy files (checkDistFiles: every relative link
 // of every Markdown file resolves inside the archive); the example
 // configuration accepted by the archive's own coordd, alone and on the
-// systemd unit's command lines (checkDistConfig); a SHA256SUMS that
+// systemd unit's command lines (checkDistConfig); the Python client's
+// wheel and sdist beside them (checkWheel, checkSdist); a SHA256SUMS that
 // sha256sum -c accepts; binaries that are static (no dynamic loader, no
 // shared libraries), built with -trimpath and CGO_ENABLED=0 as go version
 // -m shows, and stamped with the version that --version prints; and
-// archives that a second run reproduces byte for byte.
+// archives, wheel and sdist that a second run reproduces byte for byte.
 func TestDist(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds coordd and mdn-mcp with make dist (skipped under -short)")
