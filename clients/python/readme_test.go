@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,105 @@ func TestREADMEHTTPX(t *testing.T) {
 	for _, page := range []string{"?per_page=30", "?page=2&per_page=30", "?page=3&per_page=30"} {
 		if got := api.Requests("/repos/octo/r/issues"+page, "alice"); got != 1 {
 			t.Errorf("API requests for page %s as alice = %d; want 1", page, got)
+		}
+	}
+}
+
+// TestClientREADMEExamples runs the Python examples of
+// clients/python/README.md as written (addresses replaced), with the
+// package from this tree, against a real coordd in front of a local
+// upstream standing in for MDN: the blocking one and the asyncio one. The
+// FastMCP one needs the MCP SDK, which Debian does not package and PyPI is
+// out of reach: it is compiled, not run (the README says so).
+func TestClientREADMEExamples(t *testing.T) {
+	py := python(t)
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+		Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: u.URL()}},
+	}})
+	replacer := strings.NewReplacer(readmeTarget, in.Addr, readmeMDN, u.URL())
+	env := append(os.Environ(), "PYTHONPATH="+mustAbs(t, "."), "PYTHONDONTWRITEBYTECODE=1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := func(name, code string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, py, "-c", code)
+		cmd.Dir, cmd.Env = t.TempDir(), env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the %s example: %v\n%s", name, err, out)
+		}
+		return string(out)
+	}
+	asyncLine := regexp.MustCompile(`^(\S+): 200 (?:upstream|l1|l2) (\d+) bytes$`)
+	var ran []string
+	for _, m := range fence.FindAllStringSubmatch(string(b), -1) {
+		lang, code := m[1], m[2]
+		if lang != "python" {
+			continue
+		}
+		switch {
+		case strings.Contains(code, "FastMCP"):
+			cmd := exec.CommandContext(ctx, py, "-c", "import sys; compile(sys.argv[1], 'README.md', 'exec')", code)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("the FastMCP example does not compile: %v\n%s", err, out)
+			}
+			ran = append(ran, "fastmcp(compiled)")
+		case strings.Contains(code, "coordd.httpx"):
+			ran = append(ran, "httpx(TestREADMEHTTPX)") // needs the fake API: run there
+		case strings.Contains(code, "asyncio.run("):
+			out := run("asyncio", replacer.Replace(code))
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if len(lines) < 2 {
+				t.Errorf("the asyncio example printed %q; want a line per page, several pages", out)
+			}
+			for _, line := range lines {
+				m := asyncLine.FindStringSubmatch(line)
+				if m == nil {
+					t.Errorf("the asyncio example printed %q; want PATH: 200 SOURCE N bytes", line)
+					continue
+				}
+				if want := len(u.Body(m[1])); m[2] != strconv.Itoa(want) {
+					t.Errorf("the asyncio example: %s has %s bytes; want %d", m[1], m[2], want)
+				}
+				if got := u.Count(m[1]); got != 1 {
+					t.Errorf("the asyncio example: %d upstream requests for %s; want 1", got, m[1])
+				}
+			}
+			ran = append(ran, "asyncio")
+		case strings.Contains(code, "coordd.Client("):
+			if out, want := run("blocking", replacer.Replace(code)), string(u.Body(readmeDoc))+"\n"; out != want { // print adds the newline
+				t.Errorf("the blocking example printed %q; want the body %q", out, want)
+			}
+			ran = append(ran, "blocking")
+		default:
+			t.Errorf("a Python example this test does not run:\n%s", code)
+		}
+	}
+	if got, want := strings.Join(ran, ","), "blocking,httpx(TestREADMEHTTPX),asyncio,fastmcp(compiled)"; got != want {
+		t.Errorf("examples: %s; want %s", got, want)
+	}
+}
+
+// TestVenvIgnored: the virtual environment the README's install steps
+// create (.venv, in the repository or in clients/python) is ignored by git.
+func TestVenvIgnored(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs git: not run under -short")
+	}
+	gitPath, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatalf("git not found on PATH: %v", err)
+	}
+	for _, p := range []string{".venv/", "clients/python/.venv/", ".venv/bin/python"} {
+		cmd := exec.Command(gitPath, "check-ignore", "--no-index", "-q", p)
+		cmd.Dir = mustAbs(t, "../..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("git check-ignore %s: %v %s; want it ignored (.gitignore)", p, err, out)
 		}
 	}
 }

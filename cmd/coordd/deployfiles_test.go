@@ -11,9 +11,11 @@ import (
 
 // TestDeployFilesConfig runs --check-config on the coordd configurations
 // of the deployment files: the Kubernetes ConfigMap's file with the
-// Deployment's arguments (the Secret's placeholder as the Redis URL), and
-// each coordd service's command in docker-compose.yml. deploy/ checks the
-// rest of those files.
+// Deployment's arguments (the Secret's placeholder as the Redis URL), each
+// coordd service's command in docker-compose.yml, and the example
+// configuration that make dist ships (deploy/coordd.example.yaml, as
+// deploy/systemd/coordd.service starts it). deploy/ checks the rest of
+// those files, and TestDist the example with the release's binary.
 func TestDeployFilesConfig(t *testing.T) {
 	decode := func(path string, v any) {
 		t.Helper()
@@ -76,8 +78,9 @@ func TestDeployFilesConfig(t *testing.T) {
 			tests["compose "+name] = s.Command
 		}
 	}
-	if len(tests) != 4 {
-		t.Fatalf("found %d coordd configurations; want the Deployment's and 3 in docker-compose.yml", len(tests))
+	tests["example"] = []string{"--config", "../../deploy/coordd.example.yaml"}
+	if len(tests) != 5 {
+		t.Fatalf("found %d coordd configurations; want the Deployment's, 3 in docker-compose.yml and the example", len(tests))
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {

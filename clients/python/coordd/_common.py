@@ -98,62 +98,76 @@ class CoorddError(Exception):
         return f"{name}: {self.message}"
 
 
-class InvalidArgument(CoorddError):
+class InvalidArgumentError(CoorddError):
     """A malformed url or key: fix the call, do not retry it."""
 
 
-class Unauthenticated(CoorddError):
+class UnauthenticatedError(CoorddError):
     """No bearer token, or one coordd does not know."""
 
 
-class PermissionDenied(CoorddError):
+class PermissionDeniedError(CoorddError):
     """A url outside every upstream, or one the token's tenant is not granted."""
 
 
-class Unavailable(CoorddError):
+class UnavailableError(CoorddError):
     """The upstream failed with no stale copy, its breaker is open, or coordd
     is unreachable. Retried."""
 
 
-class UnreachableError(Unavailable):
+class UnreachableError(UnavailableError):
     """No coordd answered: the connection was refused, reset or lost, or
     the name did not resolve. gRPC reports these as UNAVAILABLE, as it does
     an UNAVAILABLE that coordd sent (an upstream down, no stale copy); this
-    subclass is the former. Retried, as Unavailable."""
+    subclass is the former. Retried, as UnavailableError."""
 
 
-class ResourceExhausted(CoorddError):
+class ResourceExhaustedError(CoorddError):
     """The upstream's rate limit has no slot in time, or coordd is at its cap
     of calls. Retried."""
 
 
-class BodyTooLarge(CoorddError):
+class BodyTooLargeError(CoorddError):
     """The body is over the upstream's max_body_bytes (FAILED_PRECONDITION),
     or over the client's max_body_bytes. Never retried."""
 
 
-class DeadlineExceeded(CoorddError):
+class DeadlineExceededError(CoorddError):
     """The call's timeout ended."""
 
 
-class Cancelled(CoorddError):
+class CancelledError(CoorddError):
     """The call was cancelled."""
 
 
-class BadStream(CoorddError):
+class BadStreamError(CoorddError):
     """The stream broke coordd's protocol (no metadata, a chunk before it,
     more bytes than it announced)."""
 
+# The classes' first names, which did not end in Error as PEP 8 asks of
+# exception names: kept as aliases of the same classes, so that code that
+# catches them keeps working. Deprecated; new code uses the ...Error names.
+InvalidArgument = InvalidArgumentError
+Unauthenticated = UnauthenticatedError
+PermissionDenied = PermissionDeniedError
+Unavailable = UnavailableError
+ResourceExhausted = ResourceExhaustedError
+BodyTooLarge = BodyTooLargeError
+DeadlineExceeded = DeadlineExceededError
+Cancelled = CancelledError
+BadStream = BadStreamError
+
+
 
 _BY_CODE = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.FAILED_PRECONDITION: BodyTooLarge,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-    grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.FAILED_PRECONDITION: BodyTooLargeError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.CANCELLED: CancelledError,
 }
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
@@ -361,12 +375,12 @@ def get_request(url: str, key: Optional[str], max_age: Optional[float], no_stale
                 head: bool = False) -> coordd_pb2.GetOrFetchRequest:
     """The request, checked before any network I/O."""
     if not isinstance(url, str) or not url:
-        raise InvalidArgument("url must be a non-empty string", grpc.StatusCode.INVALID_ARGUMENT)
+        raise InvalidArgumentError("url must be a non-empty string", grpc.StatusCode.INVALID_ARGUMENT)
     req = coordd_pb2.GetOrFetchRequest(url=url, key=key or "", no_stale=no_stale, headers=headers_pb(headers),
                                        credential=credential or "", head=head)
     if max_age is not None:
         if max_age < 0:
-            raise InvalidArgument(f"max_age {max_age} must not be negative", grpc.StatusCode.INVALID_ARGUMENT)
+            raise InvalidArgumentError(f"max_age {max_age} must not be negative", grpc.StatusCode.INVALID_ARGUMENT)
         req.max_age.FromNanoseconds(int(max_age * 1e9))
     return req
 
@@ -375,7 +389,7 @@ class Reassembly:
     """Reassembles one attempt's stream: progress events, one metadata,
     then chunks whose total must be the size the metadata announced (none
     at all for a head request). A metadata announcing more than
-    max_body_bytes (if positive) fails with BodyTooLarge before any chunk.
+    max_body_bytes (if positive) fails with BodyTooLargeError before any chunk.
 
     With keep=False it keeps no chunk: add returns each chunk's data for
     the caller to pass on, and finish checks the total at the end."""
@@ -403,25 +417,25 @@ class Reassembly:
         kind = m.WhichOneof("event")
         if kind == "progress":
             if self._md is not None:
-                raise BadStream("progress after metadata")
+                raise BadStreamError("progress after metadata")
             self._progress.append(m.progress)
         elif kind == "metadata":
             if self._md is not None:
-                raise BadStream("second metadata")
+                raise BadStreamError("second metadata")
             size = m.metadata.size
             if size < 0:
-                raise BadStream(f"metadata says size {size}")
+                raise BadStreamError(f"metadata says size {size}")
             if self._max > 0 and size > self._max:
-                raise BodyTooLarge(f"metadata says {size} bytes; the limit is {self._max} (max_body_bytes)", grpc.StatusCode.FAILED_PRECONDITION)
+                raise BodyTooLargeError(f"metadata says {size} bytes; the limit is {self._max} (max_body_bytes)", grpc.StatusCode.FAILED_PRECONDITION)
             self._md = m.metadata
         elif kind == "chunk":
             if self._md is None:
-                raise BadStream("chunk before metadata")
+                raise BadStreamError("chunk before metadata")
             data = m.chunk.data
             if self._head:
-                raise BadStream("a chunk in the answer to a head request")
+                raise BadStreamError("a chunk in the answer to a head request")
             if self._have + len(data) > self._md.size:
-                raise BadStream(f"body exceeds the {self._md.size} bytes metadata says")
+                raise BadStreamError(f"body exceeds the {self._md.size} bytes metadata says")
             if self._keep:
                 self._chunks.append(data)
             self._have += len(data)
@@ -432,10 +446,10 @@ class Reassembly:
         """Checks the stream, which has ended, and returns its metadata."""
         md = self._md
         if md is None:
-            raise BadStream("stream ended without metadata")
+            raise BadStreamError("stream ended without metadata")
         want = 0 if self._head else md.size
         if self._have != want:
-            raise BadStream(f"body is {self._have} bytes; metadata says {md.size}")
+            raise BadStreamError(f"body is {self._have} bytes; metadata says {md.size}")
         return md
 
     def document(self) -> Document:
@@ -482,5 +496,5 @@ class Opened:
 def invalidate_request(url: Optional[str], key: Optional[str], headers: HeadersArg = None,
                        credential: Optional[str] = None) -> coordd_pb2.InvalidateRequest:
     if not url and not key:
-        raise InvalidArgument("give url or key", grpc.StatusCode.INVALID_ARGUMENT)
+        raise InvalidArgumentError("give url or key", grpc.StatusCode.INVALID_ARGUMENT)
     return coordd_pb2.InvalidateRequest(url=url or "", key=key or "", headers=headers_pb(headers), credential=credential or "")

@@ -82,7 +82,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(doc.body, b"Not Found\n")
 
     def test_permission_denied(self):
-        with self.assertRaises(coordd.PermissionDenied) as cm:
+        with self.assertRaises(coordd.PermissionDeniedError) as cm:
             self.client.get("https://evil.example/docs/x")
         self.assertIn("outside every configured upstream", str(cm.exception))
         self.assertEqual(self.client.waits, [], "PERMISSION_DENIED was retried")
@@ -90,15 +90,15 @@ class ClientTest(unittest.TestCase):
     def test_invalid_argument(self):
         for url in ("not a url", UPSTREAM + "/docs/%2e%2e/x", "ftp://example.com/x"):
             with self.subTest(url=url):
-                with self.assertRaises(coordd.InvalidArgument):
+                with self.assertRaises(coordd.InvalidArgumentError):
                     self.client.get(url)
-        with self.assertRaises(coordd.InvalidArgument):
+        with self.assertRaises(coordd.InvalidArgumentError):
             self.client.get(HELLO, max_age=-1)
         self.assertEqual(self.client.waits, [], "INVALID_ARGUMENT was retried")
 
     def test_body_too_large_for_the_client(self):
         with coordd.Client(TARGET, max_body_bytes=10) as small:
-            with self.assertRaises(coordd.BodyTooLarge):
+            with self.assertRaises(coordd.BodyTooLargeError):
                 small.get(HELLO)
 
     def test_invalidate(self):
@@ -109,22 +109,22 @@ class ClientTest(unittest.TestCase):
 
     def test_tenants(self):
         with coordd.Client(AUTH_TARGET) as anon:
-            with self.assertRaises(coordd.Unauthenticated):
+            with self.assertRaises(coordd.UnauthenticatedError):
                 anon.get(HELLO)
         with coordd.Client(AUTH_TARGET, token="not-the-token-0123456789") as wrong:
-            with self.assertRaises(coordd.Unauthenticated):
+            with self.assertRaises(coordd.UnauthenticatedError):
                 wrong.get(HELLO)
         with coordd.Client(AUTH_TARGET, token=TOKEN) as ok:
             self.assertEqual(ok.get(HELLO).body, HELLO_BODY)
-            with self.assertRaises(coordd.PermissionDenied):  # the tenant is no admin
+            with self.assertRaises(coordd.PermissionDeniedError):  # the tenant is no admin
                 ok.invalidate(url=HELLO)
 
     def test_retry_after_retry_info(self):
         # One failure opens the flaky upstream's breaker for 4 s.
         with coordd.Client(TARGET, retry=coordd.RetryPolicy(max_attempts=1)) as once:
-            with self.assertRaises(coordd.Unavailable):
+            with self.assertRaises(coordd.UnavailableError):
                 once.get(UPSTREAM + "/flaky/fail")
-            with self.assertRaises(coordd.Unavailable) as cm:
+            with self.assertRaises(coordd.UnavailableError) as cm:
                 once.get(UPSTREAM + "/flaky/ok")
         delay = cm.exception.retry_delay
         self.assertIsNotNone(delay, "no RetryInfo decoded from an open breaker")
@@ -176,14 +176,14 @@ class AsyncClientTest(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(doc.status_code, 200)
             missing = await client.get(UPSTREAM + "/docs/missing")
             self.assertEqual(missing.status_code, 404)
-            with self.assertRaises(coordd.PermissionDenied):
+            with self.assertRaises(coordd.PermissionDeniedError):
                 await client.get("https://evil.example/docs/x")
-            with self.assertRaises(coordd.InvalidArgument):
+            with self.assertRaises(coordd.InvalidArgumentError):
                 await client.get("not a url")
             big = await client.get(UPSTREAM + "/docs/big")
             self.assertEqual(hashlib.sha256(big.body).hexdigest(), BIG_SHA256)
         async with coordd.AsyncClient(AUTH_TARGET) as anon:
-            with self.assertRaises(coordd.Unauthenticated):
+            with self.assertRaises(coordd.UnauthenticatedError):
                 await anon.get(HELLO)
 
 

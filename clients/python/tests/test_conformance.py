@@ -72,9 +72,9 @@ def load():
 def error_check(name):
     """A check of an exception against a want.error name."""
     if name == "bad_stream":
-        return lambda e: isinstance(e, coordd.BadStream)
+        return lambda e: isinstance(e, coordd.BadStreamError)
     if name == "body_too_large":
-        return lambda e: isinstance(e, coordd.BodyTooLarge)
+        return lambda e: isinstance(e, coordd.BodyTooLargeError)
     code = grpc.StatusCode[name]  # raises KeyError on a name it does not know
     if code == grpc.StatusCode.OK:
         raise AssertionError("want.error OK")
