@@ -56,9 +56,13 @@ func (c *Coordinator) flightLog(ctx context.Context, t Target) *slog.Logger {
 
 // L1Stats describes the in-memory cache.
 type L1Stats struct {
-	Entries  int   // documents held
-	Bytes    int64 // memory allocated for them, up to MaxBytes
+	Entries int // documents held
+	// Bytes is the memory allocated for them, up to MaxBytes: the L1
+	// reserves it ahead of use, so it says little of the documents.
+	Bytes    int64
 	MaxBytes int64 // Config.L1MaxBytes
+	// DocumentBytes is the size of the documents held (their encodings).
+	DocumentBytes int64
 	// Evicted counts documents dropped to make room; Expired, those
 	// dropped because they outlived the longest lifetime configured.
 	Evicted, Expired int64
@@ -67,7 +71,7 @@ type L1Stats struct {
 // L1Stats returns the in-memory cache's figures.
 func (c *Coordinator) L1Stats() L1Stats {
 	s := c.l1.Stats()
-	return L1Stats{Entries: s.Entries, Bytes: s.Bytes, MaxBytes: c.cfg.L1MaxBytes, Evicted: s.Evicted, Expired: s.Expired}
+	return L1Stats{Entries: s.Entries, Bytes: s.Bytes, MaxBytes: c.cfg.L1MaxBytes, DocumentBytes: s.DocumentBytes, Evicted: s.Evicted, Expired: s.Expired}
 }
 
 // RedisConfigured reports whether the Coordinator runs with Redis, rather

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
@@ -72,11 +73,12 @@ func newBrowser(t *testing.T) context.Context {
 }
 
 // TestStatusPageBrowser loads /status in headless Chromium before a cold
-// burst, holds the burst's fetch, and waits for the page's own refreshes
-// to show the flight with its waiters and each upstream's breaker; then
-// for the flight to go once the fetch is let through. It saves a
-// screenshot of the page during the burst (status.png in the artifact
-// directory).
+// burst (L1's document bytes shown, the ratios explained), holds the
+// burst's fetch, and waits for the page's own refreshes to show the flight
+// with its waiters and each upstream's breaker; then for the flight to go
+// once the fetch is let through, and its document to add to L1's document
+// bytes. It saves a screenshot of the page during the burst (status.png in
+// the artifact directory).
 func TestStatusPageBrowser(t *testing.T) {
 	skipShort(t)
 	ctx := newBrowser(t)
@@ -102,6 +104,15 @@ func TestStatusPageBrowser(t *testing.T) {
 	if err := chromedp.Do(wctx, setAuth, chromedp.Navigate("http://"+f.metrics[0]+statuspage.PagePath),
 		chromedp.WaitVisible(`//table[@id="flights"]//td[contains(., "no flight in progress")]`)); err != nil {
 		t.Fatalf("loading the page before the burst: %v", err)
+	}
+	// /docs/guide's document in L1: what it takes, beside the memory
+	// reserved, and the ratios explained under their table.
+	docBytes, err := chromedp.Run(wctx, chromedp.Text("#l1-document-bytes"))
+	if err != nil || docBytes == "" || docBytes == "0 B" {
+		t.Fatalf("L1 document bytes = %q, %v; want /docs/guide's", docBytes, err)
+	}
+	if note, err := chromedp.Run(wctx, chromedp.Text("#ratios-explained")); err != nil || !strings.Contains(note, "L1 hits ÷ calls") {
+		t.Fatalf("the line under the windows = %q, %v; want the ratios explained", note, err)
 	}
 
 	waitLeader := f.burst(t, 0, 3, "/docs/reference/held-page")
@@ -153,5 +164,10 @@ func TestStatusPageBrowser(t *testing.T) {
 	waitLeader, release = func() {}, make(chan struct{})
 	if err := chromedp.Do(wctx, chromedp.WaitVisible(`//table[@id="flights"]//td[contains(., "no flight in progress")]`)); err != nil {
 		t.Errorf("the flight stayed on the page after it landed: %v", err)
+	}
+	// The script renders L1 too: the landed document adds to what the
+	// documents take.
+	if err := chromedp.Do(wctx, chromedp.WaitVisible(fmt.Sprintf(`//dd[@id="l1-document-bytes"][normalize-space() != %q]`, docBytes))); err != nil {
+		t.Errorf("L1 document bytes stayed %q after the document landed: %v", docBytes, err)
 	}
 }

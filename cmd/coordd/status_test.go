@@ -212,8 +212,8 @@ func upstreamOf(v statuspage.View, name string) statuspage.UpstreamView {
 // /status.json shows the leader's flight on the first with its three
 // waiters, the same key's flight following it on the second with its two,
 // each upstream's shared breaker (flaky's open, with its next probe), Redis
-// and, once the burst lands, the callers served per upstream request and
-// the tenant's totals. The metrics listener wants its own token.
+// and, once the burst lands, the callers served per upstream request, the
+// tenant's totals and the bytes the document takes in L1. The metrics listener wants its own token.
 func TestStatusJSON(t *testing.T) {
 	skipShort(t)
 	f := startStatusFleet(t, "pprof: true\n")
@@ -269,6 +269,11 @@ func TestStatusJSON(t *testing.T) {
 	w := v.Windows[2]
 	if w.Span != "15m" || w.Calls != 5 || w.Errors != 2 || w.UpstreamRequests != 3 || w.ServedPerUpstream == nil || *w.ServedPerUpstream != 1 {
 		t.Errorf("instance 0 15m window = %+v; want 5 calls, 2 errors, 3 fetches, 1 served per fetch", w)
+	}
+	// L1 holds /docs/held: what it takes, well inside what bigcache
+	// reserved.
+	if l := v.L1; l.Entries < 1 || l.DocumentBytes < fakeupstream.DefaultSize || l.DocumentBytes >= l.Bytes || l.Bytes > l.MaxBytes {
+		t.Errorf("instance 0 l1 = %+v; want /docs/held's %d bytes and more in the documents, inside the memory reserved", l, fakeupstream.DefaultSize)
 	}
 	if len(v.Tenants) != 1 || v.Tenants[0] != (statuspage.TenantView{Tenant: "team-a", Calls: 5, UpstreamRequests: 3}) {
 		t.Errorf("instance 0 tenants = %+v; want team-a: 5 calls, 3 fetches", v.Tenants)

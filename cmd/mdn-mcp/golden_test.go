@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -153,39 +160,196 @@ func TestGoldenErrors(t *testing.T) {
 	}
 }
 
-// TestGoldenTools: tools/list gives testdata/mcp-golden/tools.json (names,
-// titles, descriptions, input schemas without extra properties,
-// annotations), which the TypeScript server must give too (go test -run
-// TestGoldenTools -update rewrites it).
+// toolsCorpus is testdata/mcp-golden/tools.json: tools/list's whole
+// result after initialize at ProtocolVersion, as both servers must send it.
+type toolsCorpus struct {
+	About           string          `json:"about"`
+	ProtocolVersion string          `json:"protocolVersion"`
+	Result          json.RawMessage `json:"result"`
+}
+
+// listToolsRaw opens an MCP session at version over a connection carrying
+// newline-delimited JSON-RPC (stdio, a pipe), w to the server and r from
+// it, then sends tools/list and returns its result as the wire carried it.
+func listToolsRaw(w io.Writer, r io.Reader, version string) (json.RawMessage, error) {
+	lines := bufio.NewScanner(r)
+	lines.Buffer(make([]byte, 64<<10), 4<<20)
+	// await reads messages up to the answer to id; notifications pass.
+	await := func(id string) (json.RawMessage, error) {
+		for lines.Scan() {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Result json.RawMessage `json:"result"`
+				Error  json.RawMessage `json:"error"`
+			}
+			if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+				return nil, fmt.Errorf("%q is no JSON-RPC message: %v", lines.Bytes(), err)
+			}
+			if string(m.ID) != id {
+				continue
+			}
+			if m.Error != nil {
+				return nil, fmt.Errorf("request %s: error %s", id, m.Error)
+			}
+			return m.Result, nil
+		}
+		return nil, fmt.Errorf("no answer to request %s: %v", id, cmp.Or(lines.Err(), io.ErrUnexpectedEOF))
+	}
+	send := func(msgs ...string) error {
+		_, err := io.WriteString(w, strings.Join(msgs, "\n")+"\n")
+		return err
+	}
+	if err := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"golden","version":"0"}}}`, version)); err != nil {
+		return nil, err
+	}
+	init, err := await("1")
+	if err != nil {
+		return nil, err
+	}
+	var ir struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	if err := json.Unmarshal(init, &ir); err != nil || ir.ProtocolVersion != version {
+		return nil, fmt.Errorf("initialize answered %s; want protocolVersion %s", init, version)
+	}
+	if err := send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); err != nil {
+		return nil, err
+	}
+	return await("2")
+}
+
+// TestGoldenTools: tools/list's whole result, as the wire carries it
+// after initialize at the version in testdata/mcp-golden/tools.json, is
+// that file's result: from the Go server in memory, and from both
+// servers' processes on stdio (go test -run TestGoldenTools -update
+// rewrites it from the Go server). Names, titles, descriptions, input
+// schemas without extra properties and annotations; no $schema (2020-12,
+// the default dialect), no execution, no cache hints.
 func TestGoldenTools(t *testing.T) {
+	golden := filepath.Join(goldenDir, "tools.json")
+	raw, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var corpus toolsCorpus
+	if err := json.Unmarshal(raw, &corpus); err != nil {
+		t.Fatal(err)
+	}
+	check := func(t *testing.T, got json.RawMessage) {
+		t.Helper()
+		if !jsonEqual(t, got, corpus.Result) {
+			var b bytes.Buffer
+			json.Indent(&b, got, "", "  ")
+			t.Errorf("tools/list result differs from %s; got:\n%s", golden, b.Bytes())
+		}
+	}
+
+	t.Run("go in memory", func(t *testing.T) {
+		base, _ := url.Parse("https://mdn.test")
+		s := newServer(&mdn{docs: &stubGetter{}, base: base, coordd: "coordd.test:1", log: discardLogger()}, version)
+		client, server := net.Pipe()
+		ss, err := s.Connect(context.Background(), &mcp.IOTransport{Reader: server, Writer: server}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ss.Close()
+		defer client.Close()
+		client.SetDeadline(time.Now().Add(30 * time.Second))
+		got, err := listToolsRaw(client, client, corpus.ProtocolVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *update {
+			corpus.Result = got
+			b, err := json.MarshalIndent(corpus, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(golden, append(b, '\n'), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		check(t, got)
+		var res mcp.ListToolsResult
+		if err := json.Unmarshal(got, &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range res.Tools {
+			if s, _ := json.Marshal(tool.InputSchema); !strings.Contains(string(s), `"additionalProperties":false`) {
+				t.Errorf("%s input schema %s; want additionalProperties false", tool.Name, s)
+			}
+		}
+	})
+	for _, impl := range implementations {
+		t.Run(impl.name+" stdio", func(t *testing.T) {
+			mcpBinary(t)
+			argv := append(impl.argv(t), "--coordd", "127.0.0.1:1")
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = raceEnv()
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			stopped := false
+			stop := func() {
+				if !stopped {
+					stopped = true
+					stdin.Close()
+					cmd.Process.Kill()
+					cmd.Wait()
+				}
+			}
+			defer stop()
+			type answer struct {
+				result json.RawMessage
+				err    error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				got, err := listToolsRaw(stdin, stdout, corpus.ProtocolVersion)
+				done <- answer{got, err}
+			}()
+			var a answer
+			select {
+			case a = <-done:
+			case <-time.After(time.Minute): // a hung server; node's start included
+				stop()
+				a = <-done
+			}
+			if a.err != nil {
+				stop()
+				t.Fatalf("%v; stderr:\n%s", a.err, stderr.Bytes())
+			}
+			check(t, a.result)
+		})
+	}
+}
+
+// TestToolsListCacheHintsSince20260728: a go-sdk client that speaks MCP
+// 2026-07-28 (its default) still gets the go-sdk's tools/list, with the
+// cache hints that version requires; only older sessions get the
+// 2025-11-25 shape of tools.json.
+func TestToolsListCacheHintsSince20260728(t *testing.T) {
 	base, _ := url.Parse("https://mdn.test")
 	cs := inMemory(t, &mdn{docs: &stubGetter{}, base: base, coordd: "coordd.test:1", log: discardLogger()})
+	if v := cs.InitializeResult().ProtocolVersion; v < cacheHintsSince {
+		t.Fatalf("negotiated %s; want %s or later", v, cacheHintsSince)
+	}
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := json.MarshalIndent(res.Tools, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = append(got, '\n')
-	golden := filepath.Join(goldenDir, "tools.json")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !jsonEqual(t, got, want) {
-		t.Errorf("tools/list differs from %s; got:\n%s", golden, got)
-	}
-	for _, tool := range res.Tools {
-		if s, _ := json.Marshal(tool.InputSchema); !strings.Contains(string(s), `"additionalProperties":false`) {
-			t.Errorf("%s input schema %s; want additionalProperties false", tool.Name, s)
-		}
+	if res.CacheScope != "public" || len(res.Tools) != 2 {
+		t.Errorf("tools/list = cacheScope %q, %d tools; want the go-sdk's public hint and 2 tools", res.CacheScope, len(res.Tools))
 	}
 }
 

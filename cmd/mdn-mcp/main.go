@@ -85,22 +85,33 @@ func exitCode(err error, stderr io.Writer) int {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mdn-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	// run prints the usage itself: on stdout for --help, on stderr after a
+	// mistake (which the flag package reports first).
+	fs.Usage = func() {}
 	addr := fs.String("coordd", "127.0.0.1:50051", "coordd's gRPC `address`: host:port (resolved through DNS, every address used) or a gRPC target such as dns:///coordd:50051")
 	baseFlag := fs.String("mdn-base", "https://developer.mozilla.org", "MDN's base `URL`; coordd must have it as an upstream")
-	timeout := fs.Duration("timeout", 30*time.Second, "deadline of one tool call's fetch through coordd, retries included")
+	timeout := fs.Duration("timeout", 30*time.Second, "deadline of one tool call's fetch through coordd, retries included, such as 30s, 1500ms or 2m")
 	var sec coorddSecurity
-	fs.StringVar(&sec.token, "coordd-token", os.Getenv("COORDD_TOKEN"), "bearer `token` for a coordd that requires one (default $COORDD_TOKEN)")
+	fs.StringVar(&sec.token, "coordd-token", "", "bearer `token` for a coordd that requires one (default $COORDD_TOKEN, which keeps it out of sight of ps)")
 	fs.BoolVar(&sec.tls, "coordd-tls", false, "dial coordd over TLS, trusting the system's roots")
 	fs.StringVar(&sec.caFile, "coordd-tls-ca", "", "dial coordd over TLS, trusting the CAs in this PEM `file`")
-	fs.StringVar(&sec.certFile, "coordd-tls-cert", "", "client certificate PEM `file`, for a coordd that requires one (mutual TLS)")
-	fs.StringVar(&sec.keyFile, "coordd-tls-key", "", "client certificate's key PEM `file`")
-	httpAddr := fs.String("http", "", "serve MCP Streamable HTTP at http://`ADDR`/mcp (host:port) instead of stdio; MCP clients must send $MDN_MCP_TOKEN as a bearer token if it is set")
+	fs.StringVar(&sec.certFile, "coordd-tls-cert", "", "client certificate PEM `file`, for a coordd that requires one (mutual TLS); with --coordd-tls-key")
+	fs.StringVar(&sec.keyFile, "coordd-tls-key", "", "the client certificate's key PEM `file`; with --coordd-tls-cert")
+	httpAddr := fs.String("http", "", "serve MCP Streamable HTTP at http://`ADDR`/mcp (host:port, or :port for every interface) instead of stdio, stateless; MCP clients must send $MDN_MCP_TOKEN as a bearer token if it is set")
 	drainDelay := fs.Duration("drain-delay", 0, "with --http: how long /healthz answers 503 after SIGTERM before the listener closes, for the balancer to notice")
-	originsFlag := fs.String("allowed-origins", os.Getenv("MDN_MCP_ALLOWED_ORIGINS"), "with --http: comma-separated `origins` (scheme://host[:port]) of browser front-ends admitted at /mcp; a request with any other Origin header gets 403 (default $MDN_MCP_ALLOWED_ORIGINS, else none)")
+	originsFlag := fs.String("allowed-origins", "", "with --http: comma-separated `origins` (scheme://host[:port]) of browser front-ends admitted at /mcp; a request with any other Origin header gets 403 (default $MDN_MCP_ALLOWED_ORIGINS, else none)")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "with --http: how long requests in flight may run once the listener is closed")
 	showVersion := fs.Bool("version", false, "print the version and build facts, then exit")
-	if err := fs.Parse(args); err != nil {
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		writeUsage(os.Stdout, fs)
+		return err
+	case err != nil:
+		writeUsage(stderr, fs)
 		return &usageError{err: err, reported: true}
+	}
+	if err := applyEnvDefaults(fs); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &usageError{err: fmt.Errorf("unexpected arguments %q: mdn-mcp takes flags only (--help lists them); a flag after them would be ignored", fs.Args())}

@@ -55,6 +55,7 @@ func newServer(m *mdn, version string) *mcp.Server {
 		Instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it.",
 		Logger:       m.log,
 	})
+	s.AddReceivingMiddleware(toolsListByVersion)
 	openWorld := true
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &openWorld}
 	mcp.AddTool(s, &mcp.Tool{

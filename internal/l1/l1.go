@@ -26,8 +26,14 @@ import (
 type Cache struct {
 	bc *bigcache.BigCache
 
-	evicted atomic.Int64 // dropped to make room
-	expired atomic.Int64 // dropped past the life window
+	// documentBytes is the size of the encodings bc holds: added by Set
+	// once bc took one, taken off by bc's remove callback (evicted,
+	// expired, deleted), so it is exact once neither is in progress (but
+	// for two ids whose 64-bit hashes collide, whose copies bigcache
+	// swaps without a callback).
+	documentBytes atomic.Int64
+	evicted       atomic.Int64 // dropped to make room
+	expired       atomic.Int64 // dropped past the life window
 
 	stripes [64]sync.Mutex // order each id's Set and Delete (stripe)
 
@@ -58,15 +64,18 @@ func New(maxBytes, maxEntry int64, life time.Duration) (*Cache, error) {
 	cfg.Logger = nil
 	l := &Cache{hot: make(map[string]weak.Pointer[document.Document])}
 	// bigcache hands the callback a copy of the entry: one copy per
-	// document dropped, on the Set that drops it, never on a hit.
-	cfg.OnRemoveWithReason = func(_ string, _ []byte, why bigcache.RemoveReason) {
-		if why == bigcache.NoSpace {
+	// document dropped or replaced, on the Set or Delete that drops it (or
+	// its cleaner), never on a hit.
+	cfg.OnRemoveWithReason = func(_ string, entry []byte, why bigcache.RemoveReason) {
+		l.documentBytes.Add(-int64(len(entry)))
+		switch why {
+		case bigcache.NoSpace:
 			l.evicted.Add(1)
-		} else {
+		case bigcache.Expired:
 			l.expired.Add(1)
 		}
 	}
-	cfg = cfg.OnRemoveFilterSet(bigcache.NoSpace, bigcache.Expired)
+	cfg = cfg.OnRemoveFilterSet(bigcache.NoSpace, bigcache.Expired, bigcache.Deleted)
 	bc, err := bigcache.New(context.Background(), cfg)
 	if err != nil {
 		return nil, err
@@ -110,11 +119,16 @@ func (l *Cache) Set(d *document.Document, enc []byte) {
 	if cur != nil && cur.URL == d.URL && cur.FetchedAt.After(d.FetchedAt) {
 		return
 	}
+	// bigcache's Set drops the copy it replaces without a callback, so
+	// that copy's size could not be taken off documentBytes: Delete it
+	// first, whose callback does. Hits find d in the weak map meanwhile.
+	l.remember(d)
+	_ = l.bc.Delete(id)
 	if err := l.bc.Set(id, enc); err != nil {
 		l.deleteLocked(id) // too large for a shard: never serve an older copy
 		return
 	}
-	l.remember(d)
+	l.documentBytes.Add(int64(len(enc)))
 }
 
 // Delete removes key.
@@ -165,8 +179,15 @@ func (l *Cache) Close() error { return l.bc.Close() }
 
 // Stats are a Cache's figures.
 type Stats struct {
-	Entries int   // documents held
-	Bytes   int64 // memory allocated for them
+	Entries int // documents held
+	// Bytes is the memory bigcache has allocated for them, up to the
+	// Cache's bound. bigcache allocates its shards ahead of use, so with
+	// few documents it is far above DocumentBytes.
+	Bytes int64
+	// DocumentBytes is the size of the documents held: the sum of their
+	// encodings (header and body), as stored. It may lag a Set or Delete
+	// in progress.
+	DocumentBytes int64
 	// Evicted counts documents dropped to make room; Expired, those
 	// dropped past the life window.
 	Evicted, Expired int64
@@ -174,5 +195,8 @@ type Stats struct {
 
 // Stats returns the cache's figures.
 func (l *Cache) Stats() Stats {
-	return Stats{Entries: l.bc.Len(), Bytes: int64(l.bc.Capacity()), Evicted: l.evicted.Load(), Expired: l.expired.Load()}
+	return Stats{
+		Entries: l.bc.Len(), Bytes: int64(l.bc.Capacity()), DocumentBytes: max(l.documentBytes.Load(), 0),
+		Evicted: l.evicted.Load(), Expired: l.expired.Load(),
+	}
 }

@@ -151,13 +151,16 @@ type RedisView struct {
 	Downs   int64  `json:"downs"`
 }
 
-// L1View is coordinator.L1Stats; the hit ratio is in each window.
+// L1View is coordinator.L1Stats; the hit ratio is in each window. Bytes
+// is the memory reserved, of MaxBytes; DocumentBytes, what the Entries
+// documents take of it.
 type L1View struct {
-	Bytes    int64 `json:"bytes"`
-	MaxBytes int64 `json:"max_bytes"`
-	Entries  int   `json:"entries"`
-	Evicted  int64 `json:"evicted"`
-	Expired  int64 `json:"expired"`
+	Bytes         int64 `json:"bytes"`
+	MaxBytes      int64 `json:"max_bytes"`
+	DocumentBytes int64 `json:"document_bytes"`
+	Entries       int   `json:"entries"`
+	Evicted       int64 `json:"evicted"`
+	Expired       int64 `json:"expired"`
 }
 
 // WindowView is a rolling window (coordinator.WindowStatus).
@@ -201,7 +204,10 @@ func NewView(s coordinator.Status, instance string) View {
 		Windows:   []WindowView{},
 		Tenants:   []TenantView{},
 		Redis:     RedisView{Mode: s.Redis.Mode, Healthy: s.Redis.Healthy, Downs: s.Redis.Downs},
-		L1:        L1View{Bytes: s.L1.Bytes, MaxBytes: s.L1.MaxBytes, Entries: s.L1.Entries, Evicted: s.L1.Evicted, Expired: s.L1.Expired},
+		L1: L1View{
+			Bytes: s.L1.Bytes, MaxBytes: s.L1.MaxBytes, DocumentBytes: s.L1.DocumentBytes, Entries: s.L1.Entries,
+			Evicted: s.L1.Evicted, Expired: s.L1.Expired,
+		},
 	}
 	for _, f := range s.Flights {
 		fv := FlightView{

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,69 @@ func TestPageAndJSON(t *testing.T) {
 	}
 	if resp, _ := get("/status/other"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/status/other: %d; want 404", resp.StatusCode)
+	}
+}
+
+// TestL1AndRatiosExplained: five small documents in an L1 that reserved
+// 16 MiB of 256 MiB show as what they take beside the memory reserved, in
+// the page and in status.json; and a cold burst's figures (100 callers,
+// 3 upstream requests, none from L1) come with the ratios named and
+// explained, in a tooltip on each and a line under the table, so that a
+// hit ratio of 0.00 beside 33.33 served per upstream request reads right.
+func TestL1AndRatiosExplained(t *testing.T) {
+	s := coordinator.Status{
+		Now:     time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Redis:   coordinator.RedisStatus{Mode: "single-node"},
+		L1:      coordinator.L1Stats{Entries: 5, DocumentBytes: 5 * 1100, Bytes: 16 << 20, MaxBytes: 256 << 20},
+		Windows: []coordinator.WindowStatus{{Span: time.Minute, Counts: coordinator.Counts{Calls: 100, Upstream: 3}}},
+	}
+	srv := httptest.NewServer(statuspage.Handler(fixed(s), "test-instance", slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	get := func(path string) string {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+
+	page := get(statuspage.PagePath)
+	for _, want := range []string{
+		// What the documents take, beside what bigcache reserved.
+		`<dd id="l1-entries">5</dd>`,
+		`<dd id="l1-document-bytes">5.4 KiB</dd>`,
+		`>memory reserved</dt><dd id="l1-bytes">16 MiB of 256 MiB</dd>`,
+		// The ratios, named for what they count, each with a tooltip.
+		`<th class="num" title="(calls − errors) ÷ upstream requests`,
+		`>callers served per upstream request</th>`,
+		`<th class="num" title="L1 hits ÷ calls`,
+		`>share answered from L1</th>`,
+		`<td class="num">33.33</td><td class="num">0.00</td>`,
+		// And a line under the table saying what each means.
+		`<p class="note" id="ratios-explained">`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	if i := strings.Index(page, `id="ratios-explained"`); i < 0 || !strings.Contains(page[i:], "joined") || !strings.Contains(page[i:], "cold burst") {
+		t.Errorf("the line under the windows does not say why a cold burst shows few L1 hits beside many callers per request")
+	}
+	for _, title := range regexp.MustCompile(`title="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		if len(title[1]) < 40 {
+			t.Errorf("tooltip %q says too little", title[1])
+		}
+	}
+
+	var v statuspage.View
+	body := get(statuspage.JSONPath)
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.L1 != (statuspage.L1View{Bytes: 16 << 20, MaxBytes: 256 << 20, DocumentBytes: 5500, Entries: 5}) || !strings.Contains(body, `"document_bytes": 5500`) {
+		t.Errorf("status.json l1 = %+v; want 5 documents of 5500 bytes in 16 MiB of 256 MiB, as document_bytes", v.L1)
 	}
 }

@@ -13,7 +13,7 @@ import { create } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult, JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 
 import { Code, ConnectError, MetadataSchema, type Document } from "../client.js";
 import { MDN, renderDoc, renderSearch, type Getter } from "../mcp/mdn.js";
@@ -117,18 +117,37 @@ test("golden errors", async (t) => {
   }
 });
 
-test("golden tools", async () => {
-  const client = await connect(stub(undefined));
+// listToolsRaw opens a session at version with newServer over an
+// in-memory transport, sends tools/list and returns its result as the wire
+// carries it: JSON, as the stdio and HTTP transports serialize it.
+async function listToolsRaw(version: string): Promise<unknown> {
+  const [ct, st] = InMemoryTransport.createLinkedPair();
+  await newServer(new MDN(stub(undefined), "https://mdn.test")).connect(st);
+  const answers = new Map<unknown, (m: JSONRPCMessage) => void>();
+  ct.onmessage = (m) => {
+    if ("id" in m) answers.get(m.id)?.(JSON.parse(JSON.stringify(m)) as JSONRPCMessage);
+  };
+  await ct.start();
+  const call = (id: number, method: string, params?: Record<string, unknown>) =>
+    new Promise<unknown>((resolve, reject) => {
+      answers.set(id, (m) => ("result" in m ? resolve(m.result) : reject(new Error(`${method}: ${JSON.stringify(m)}`))));
+      void ct.send({ jsonrpc: "2.0", id, method, ...(params ? { params } : {}) });
+    });
   try {
-    const { tools } = await client.listTools();
-    const want = JSON.parse(readFileSync(join(GOLDEN_DIR, "tools.json"), "utf8")) as unknown[];
-    // What the servers define must agree; the JSON Schema dialect ($schema)
-    // and the task extension (execution) are the SDK's to state.
-    const got = tools.map(({ name, title, description, annotations, inputSchema: { $schema: _, ...inputSchema } }) => ({
-      annotations, description, inputSchema, name, title,
-    }));
-    assert.deepEqual(got, want);
+    const init = (await call(1, "initialize", { protocolVersion: version, capabilities: {}, clientInfo: { name: "golden", version: "0" } })) as {
+      protocolVersion: string;
+    };
+    assert.equal(init.protocolVersion, version);
+    await ct.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    return await call(2, "tools/list");
   } finally {
-    await client.close();
+    await ct.close();
   }
+}
+
+// tools.json: tools/list's whole result, as the Go server's TestGoldenTools
+// checks it too; no $schema (2020-12, the default dialect), no execution.
+test("golden tools", async () => {
+  const corpus = JSON.parse(readFileSync(join(GOLDEN_DIR, "tools.json"), "utf8")) as { protocolVersion: string; result: unknown };
+  assert.deepEqual(await listToolsRaw(corpus.protocolVersion), corpus.result);
 });
