@@ -37,7 +37,9 @@ class ErrorNamesTest(unittest.TestCase):
             self.assertTrue(name.endswith("Error"), f"coordd.{name} does not end in Error")
             self.assertEqual(obj.__name__, name)
             self.assertTrue(issubclass(obj, coordd.CoorddError), name)
-        self.assertEqual(classes, 1 + 2 * len(RENAMED))  # CoorddError, each class and its alias
+        # CoorddError, UnreachableError (new, no old name), each renamed
+        # class and its alias.
+        self.assertEqual(classes, 2 + 2 * len(RENAMED))
 
     def test_old_names_are_aliases(self):
         for old, new in RENAMED.items():
