@@ -11,7 +11,9 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +104,15 @@ func cacheControl(d *document.Document, now time.Time, private bool) string {
 
 // maxInvalidateBody bounds the body of an invalidation request.
 const maxInvalidateBody = 8 << 10
+
+// The parameters of the door's paths. Any other is refused (readParams):
+// most often it is the tail of a url whose own query was not
+// percent-encoded, "?url=https://h/p?a=1&b=2", which would otherwise lose
+// its "&b=2" without a word and fetch another document.
+var (
+	documentsParams  = []string{"url", "key", "max_age", "no_stale", "timeout"}
+	invalidateParams = []string{"url", "key"}
+)
 
 // httpDoor serves the HTTP door for a Server. It shares the gRPC server's
 // cap on calls in progress and its call log.
@@ -221,9 +232,11 @@ func (h *httpDoor) readBody(ctx context.Context, w http.ResponseWriter, r *http.
 
 // get answers GET /v1/documents.
 func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Request, p *principal) error {
-	q := r.URL.Query()
+	q, err := readParams("query", r.URL.RawQuery, documentsParams)
+	if err != nil {
+		return err
+	}
 	var opt coordinator.GetOptions
-	var err error
 	if opt.MaxAge, err = httpDuration(q, "max_age"); err != nil {
 		return err
 	}
@@ -307,7 +320,11 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 // invalidate answers POST /v1/invalidate.
 // Its body has been read by readBody.
 func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *http.Request, p *principal) error {
-	url, key := r.URL.Query().Get("url"), r.URL.Query().Get("key")
+	q, err := readParams("query", r.URL.RawQuery, invalidateParams)
+	if err != nil {
+		return err
+	}
+	rawURL, key := q.Get("url"), q.Get("key")
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
 	case "application/json":
@@ -320,14 +337,19 @@ func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *htt
 		if err := dec.Decode(&body); err != nil {
 			return status.Errorf(codes.InvalidArgument, "body does not decode as {\"url\": …, \"key\": …}: %v", err)
 		}
-		url, key = orString(body.URL, url), orString(body.Key, key)
+		rawURL, key = orString(body.URL, rawURL), orString(body.Key, key)
 	case "application/x-www-form-urlencoded":
-		if err := r.ParseForm(); err != nil {
+		b, err := io.ReadAll(r.Body) // read and bounded by readBody
+		if err != nil {
 			return status.Errorf(codes.InvalidArgument, "form does not decode: %v", err)
 		}
-		url, key = orString(r.PostForm.Get("url"), url), orString(r.PostForm.Get("key"), key)
+		f, err := readParams("form", string(b), invalidateParams)
+		if err != nil {
+			return err
+		}
+		rawURL, key = orString(f.Get("url"), rawURL), orString(f.Get("key"), key)
 	}
-	resp, err := h.s.invalidate(ctx, p, coordinator.Request{URL: url, Key: key, Header: r.Header, Credential: secret.New(r.Header.Get(HTTPCredentialHeader))})
+	resp, err := h.s.invalidate(ctx, p, coordinator.Request{URL: rawURL, Key: key, Header: r.Header, Credential: secret.New(r.Header.Get(HTTPCredentialHeader))})
 	if err != nil {
 		return err
 	}
@@ -335,6 +357,31 @@ func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *htt
 		Key     string `json:"key"`
 		Existed bool   `json:"existed"`
 	}{resp.GetKey(), resp.GetExisted()})
+}
+
+// readParams parses raw, a query or a form body, whose parameters must
+// all be among known: an unknown one, or one that does not parse, is
+// INVALID_ARGUMENT, naming it and saying that the url must be
+// percent-encoded.
+func readParams(where, raw string, known []string) (url.Values, error) {
+	const encode = "percent-encode the url, its own ? and & included " +
+		"(curl -G --data-urlencode url=…, encodeURIComponent): left as it is, its query is cut at its first &"
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the %s does not parse (%v): %s", where, err, encode)
+	}
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, strconv.Quote(name))
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return nil, status.Errorf(codes.InvalidArgument, "unknown %s parameter %s (known: %s): %s",
+			where, strings.Join(unknown, ", "), strings.Join(known, ", "), encode)
+	}
+	return q, nil
 }
 
 func orString(s, d string) string {

@@ -414,3 +414,78 @@ func TestHTTPTenants(t *testing.T) {
 		t.Errorf("upstream requests = %d; want 2 (fetched again after the invalidation)", got)
 	}
 }
+
+// TestHTTPUnknownParameter: a query (or form) parameter the door does not
+// know is refused with 400, naming it and saying that the url must be
+// percent-encoded, since the usual cause is an upstream url's own "&"
+// left unencoded, which would otherwise cut the url short without a word.
+// The parameters the door knows still work, together.
+func TestHTTPUnknownParameter(t *testing.T) {
+	u := fakeupstream.New(t)
+	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL() + "/docs/"}},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	doc := u.URL() + "/docs/x?a=1&b=2"
+	form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	refused := []struct {
+		name, method, target string
+		hdr                  http.Header
+		body                 string
+		unknown              string
+	}{
+		{"url not encoded", http.MethodGet, server.HTTPDocumentsPath + "?url=" + doc, nil, "", "b"},
+		{"url not encoded, known parameter after", http.MethodGet, server.HTTPDocumentsPath + "?url=" + doc + "&max_age=30", nil, "", "b"},
+		{"misspelt parameter", http.MethodGet, server.HTTPDocumentsPath + "?" + url.Values{"url": {doc}, "maxage": {"30"}}.Encode(), nil, "", "maxage"},
+		{"parameter in another case", http.MethodGet, server.HTTPDocumentsPath + "?" + url.Values{"URL": {doc}}.Encode(), nil, "", "URL"},
+		{"HEAD", http.MethodHead, server.HTTPDocumentsPath + "?url=" + doc, nil, "", "b"},
+		{"invalidate query", http.MethodPost, server.HTTPInvalidatePath + "?url=" + doc, nil, "", "b"},
+		{"invalidate form", http.MethodPost, server.HTTPInvalidatePath, form, "url=" + doc, "b"},
+		{"invalidate max_age", http.MethodPost, server.HTTPInvalidatePath + "?" + url.Values{"url": {doc}, "max_age": {"1"}}.Encode(), nil, "", "max_age"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			a := httpDo(t, ctx, in, tt.method, tt.target, nil, tt.hdr, strings.NewReader(tt.body))
+			if tt.method == http.MethodHead {
+				if a.status != http.StatusBadRequest {
+					t.Errorf("status = %d; want 400", a.status)
+				}
+				return
+			}
+			eb := checkHTTPError(t, a, http.StatusBadRequest)
+			if msg := eb.Error.Message; !strings.Contains(msg, strconv.Quote(tt.unknown)) || !strings.Contains(msg, "percent-encode") {
+				t.Errorf("message %q; want it to name %q and say the url must be percent-encoded", msg, tt.unknown)
+			}
+		})
+	}
+	if got := u.Total(); got != 0 {
+		t.Fatalf("upstream requests = %d; want 0 (refused before any I/O)", got)
+	}
+
+	// Every parameter the door knows, the url encoded: its query reaches
+	// the upstream whole.
+	q := url.Values{"url": {doc}, "key": {"k1"}, "max_age": {"30"}, "no_stale": {"true"}, "timeout": {"10s"}}
+	a := httpDo(t, ctx, in, http.MethodGet, server.HTTPDocumentsPath, q, nil, nil)
+	if a.status != http.StatusOK || a.header.Get(server.HTTPKeyHeader) != "k1" {
+		t.Fatalf("get with every known parameter: status %d, key %q (%s); want 200 and key k1", a.status, a.header.Get(server.HTTPKeyHeader), a.body)
+	}
+	if got := u.RequestURIs(); len(got) != 1 || got[0] != "/docs/x?a=1&b=2" {
+		t.Errorf("upstream request URIs = %q; want [/docs/x?a=1&b=2]", got)
+	}
+	for _, tt := range []struct {
+		name, target string
+		hdr          http.Header
+		body         string
+	}{
+		{"invalidate query", server.HTTPInvalidatePath + "?" + url.Values{"url": {doc}, "key": {"k1"}}.Encode(), nil, ""},
+		{"invalidate form", server.HTTPInvalidatePath, form, url.Values{"url": {doc}, "key": {"k1"}}.Encode()},
+		{"invalidate key only", server.HTTPInvalidatePath + "?key=k1", nil, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if a := httpDo(t, ctx, in, http.MethodPost, tt.target, nil, tt.hdr, strings.NewReader(tt.body)); a.status != http.StatusOK {
+				t.Errorf("status %d (%s); want 200", a.status, a.body)
+			}
+		})
+	}
+}
