@@ -65,6 +65,10 @@ type sentinelConfig struct {
 
 // validateRedis names the bad field of fc's Redis settings.
 func (fc *fileConfig) validateRedis() error {
+	if fc.Redis != "" && len(fc.RedisCluster) > 0 {
+		return errors.New("config: redis, redis_cluster: set only one (redis may come from --redis or COORDD_REDIS): " +
+			"a single Redis or the seeds of a Redis Cluster")
+	}
 	sc := fc.RedisSentinel
 	if sc == nil {
 		return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -334,5 +335,46 @@ func TestCheckConfigBindsAndConnectsNothing(t *testing.T) {
 	if c, err := redisLis.Accept(); err == nil {
 		c.Close()
 		t.Fatal("--check-config connected to Redis")
+	}
+}
+
+// TestRedisAndClusterRefused: redis (from the file, --redis or
+// COORDD_REDIS) beside redis_cluster is refused, at start and by
+// --check-config, naming both fields, instead of the cluster silently
+// winning.
+func TestRedisAndClusterRefused(t *testing.T) {
+	cluster := "redis_cluster: [\"127.0.0.1:1\"]\n"
+	for _, tt := range []struct {
+		name, yaml string
+		env        map[string]string
+		args       []string
+	}{
+		{"file", "redis: redis://127.0.0.1:2/0\n" + cluster, nil, nil},
+		{"flag", cluster, nil, []string{"--redis", "redis://127.0.0.1:2/0"}},
+		{"environment", cluster, map[string]string{"COORDD_REDIS": "redis://127.0.0.1:2/0"}, nil},
+	} {
+		for _, check := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/check-config=%v", tt.name, check), func(t *testing.T) {
+				for k, v := range tt.env {
+					t.Setenv(k, v)
+				}
+				path := t.TempDir() + "/coordd.yaml"
+				if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args := append([]string{"--config", path, "--listen", "127.0.0.1:0", "--drain-delay", "1ms"}, tt.args...)
+				if check {
+					args = append(args, "--check-config")
+				}
+				// Canceled: a coordd that takes the configuration serves
+				// and stops at once, returning nil.
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				err := run(ctx, args, os.Stderr)
+				if err == nil || !strings.Contains(err.Error(), "redis, redis_cluster") {
+					t.Fatalf("run error = %v; want one naming redis and redis_cluster", err)
+				}
+			})
+		}
 	}
 }
