@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -296,5 +298,96 @@ func TestEnvServes(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("GET /v1/documents without url: status %d; want 400 from the door", resp.StatusCode)
+	}
+}
+
+// startLog runs coordd with args and env, its context canceled from the
+// start so that it starts, serves and stops at once, and returns its JSON
+// log lines.
+func startLog(t *testing.T, env map[string]string, args ...string) []map[string]any {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	logs, err := os.CreateTemp(t.TempDir(), "coordd-log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	args = append([]string{"--listen", "127.0.0.1:0", "--drain-delay", "1ms", "--log-format", "json"}, args...)
+	if err := run(ctx, args, logs); err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	b, err := os.ReadFile(logs.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	for l := range strings.Lines(string(b)) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", l)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+// logLine is the first of lines whose msg starts with msg, or nil.
+func logLine(lines []map[string]any, msg string) map[string]any {
+	for _, l := range lines {
+		if m, _ := l["msg"].(string); strings.HasPrefix(m, msg) {
+			return l
+		}
+	}
+	return nil
+}
+
+// TestStartLogListsUpstreams: the start log lists the upstreams in force,
+// each name=base_url, says where they come from, and, when they replace
+// the MDN default (an --upstream flag, COORDD_UPSTREAM, the file's
+// upstreams), says so and names the default.
+func TestStartLogListsUpstreams(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "coordd.yaml")
+	if err := os.WriteFile(path, []byte("upstreams:\n  - name: a\n    base_url: http://a.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const mdn = "mdn=https://developer.mozilla.org"
+	for _, tt := range []struct {
+		name            string
+		env             map[string]string
+		args            []string
+		want            []string
+		source          string
+		replacesDefault bool
+	}{
+		{"default", nil, nil, []string{mdn}, "default", false},
+		{"flag", nil, []string{"--upstream", "local=http://127.0.0.1:9"}, []string{"local=http://127.0.0.1:9"}, "--upstream", true},
+		{"environment", map[string]string{"COORDD_UPSTREAM": "local=http://127.0.0.1:9"}, nil, []string{"local=http://127.0.0.1:9"}, "COORDD_UPSTREAM", true},
+		{"file", nil, []string{"--config", path}, []string{"a=http://a.example"}, "config file", true},
+		{"file and flag", nil, []string{"--config", path, "--upstream", "a=http://b.example", "--upstream", "c=http://c.example"},
+			[]string{"a=http://b.example", "c=http://c.example"}, "config file and --upstream", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := logLine(startLog(t, tt.env, tt.args...), "upstreams in force")
+			if l == nil {
+				t.Fatal("no log line \"upstreams in force\"")
+			}
+			if got := fmt.Sprint(l["upstreams"]); got != fmt.Sprint(tt.want) {
+				t.Errorf("upstreams = %s; want %s", got, fmt.Sprint(tt.want))
+			}
+			if got := l["source"]; got != tt.source {
+				t.Errorf("source = %v; want %q", got, tt.source)
+			}
+			msg, _ := l["msg"].(string)
+			if replaces := strings.Contains(msg, "replace the default"); replaces != tt.replacesDefault {
+				t.Errorf("msg %q; want it to say the default is replaced: %v", msg, tt.replacesDefault)
+			}
+			if got := l["default"]; tt.replacesDefault && got != mdn {
+				t.Errorf("default = %v; want %q named as replaced", got, mdn)
+			}
+		})
 	}
 }

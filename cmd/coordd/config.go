@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -136,6 +137,23 @@ func (fc *fileConfig) upstreamNames() []string {
 		names[i] = u.Name
 	}
 	return names
+}
+
+// logUpstreams logs the upstreams in force, each as name=base_url, and
+// where they come from (from, as options.upstreamsFrom): configured ones
+// replace the default rather than join it, which a user who adds one with
+// --upstream may not expect, so the line says so and names the default.
+func logUpstreams(log *slog.Logger, ups []coordinator.Upstream, from string) {
+	d := coordinator.DefaultUpstream()
+	if len(ups) == 0 {
+		log.Info("upstreams in force", "upstreams", []string{d.Name + "=" + d.BaseURL}, "source", "default")
+		return
+	}
+	list := make([]string, len(ups))
+	for i, u := range ups {
+		list[i] = u.Name + "=" + u.BaseURL
+	}
+	log.Info("upstreams in force; they replace the default", "upstreams", list, "source", from, "default", d.Name+"="+d.BaseURL)
 }
 
 // coordinatorConfig is the coordinator's part of the configuration;

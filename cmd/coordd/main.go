@@ -139,6 +139,10 @@ type options struct {
 	fc          fileConfig
 	checkConfig bool
 	version     bool
+	// upstreamsFrom says where fc's upstreams come from: "config file",
+	// "--upstream", "COORDD_UPSTREAM", "config file and --upstream"...;
+	// "" when none is configured and the default is in force.
+	upstreamsFrom string
 }
 
 // parseArgs reads the command line and the environment, then the
@@ -204,8 +208,9 @@ Flags:
 	if fs.NArg() > 0 {
 		return options{}, &usageError{err: fmt.Errorf("unexpected argument %q: coordd takes flags only (--help lists them); a flag after it would be ignored", fs.Arg(0))}
 	}
+	upsFrom := "--upstream"
 	if len(ups) == 0 {
-		ups = envUps
+		ups, upsFrom = envUps, "COORDD_UPSTREAM"
 	}
 	o := options{checkConfig: *checkConfig, version: *version}
 	if o.version {
@@ -241,6 +246,14 @@ Flags:
 	}
 	if *pprofOn {
 		fc.Pprof = true
+	}
+	switch {
+	case len(fc.Upstreams) > 0 && len(ups) > 0:
+		o.upstreamsFrom = "config file and " + upsFrom
+	case len(fc.Upstreams) > 0:
+		o.upstreamsFrom = "config file"
+	case len(ups) > 0:
+		o.upstreamsFrom = upsFrom
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
@@ -362,6 +375,7 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	case rdb != nil:
 		mode = "redis"
 	}
+	logUpstreams(log, fc.Upstreams, o.upstreamsFrom)
 	log.Info("coordd serving", "addr", lis.Addr().String(), "mode", mode)
 
 	stopCtx := ctx
