@@ -391,3 +391,61 @@ func TestStartLogListsUpstreams(t *testing.T) {
 		})
 	}
 }
+
+// TestStrayEnvironmentWarned: a COORDD_* variable that names no flag, and
+// that no *_env field of the configuration names either, is warned about
+// at start, one WARN line naming it (and the flag's variable it is
+// likely a typo of), never its value; a flag's variable, even an action
+// flag's, one the configuration names, and mdn-mcp's COORDD_TOKEN are
+// not.
+func TestStrayEnvironmentWarned(t *testing.T) {
+	const secret = "redis://:s3cret-in-a-typo@127.0.0.1:6379/0"
+	path := filepath.Join(t.TempDir(), "coordd.yaml")
+	yaml := `tenants:
+  - name: a
+    tokens_env: COORDD_TEAM_A_TOKENS
+    upstreams: ["*"]
+metrics_auth:
+  tokens_env: COORDD_METRICS_TOKENS
+redis_password_env: COORDD_REDIS_PW
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lines := startLog(t, map[string]string{
+		"COORDD_REDSI":          secret,
+		"COORDD_LOGLEVEL":       "debug",
+		"COORDD_TEAM_A_TOKENS":  "team-a-token-0123456789",
+		"COORDD_METRICS_TOKENS": "metrics-token-0123456789",
+		"COORDD_REDIS_PW":       "unused-without-redis",
+		"COORDD_DRAIN_DELAY":    "1ms",
+		"COORDD_VERSION":        "v1.2.3",
+		"COORDD_TOKEN":          "mdn-mcp-token-0123456789",
+	}, "--config", path)
+	warned := map[string]map[string]any{}
+	for _, l := range lines {
+		if v, _ := l["variable"].(string); l["level"] == "WARN" && v != "" {
+			warned[v] = l
+		}
+		for k, v := range l {
+			if s, _ := v.(string); strings.Contains(s, "s3cret") {
+				t.Errorf("log line %v: %s shows the variable's value", l, k)
+			}
+		}
+	}
+	for name, hint := range map[string]string{"COORDD_REDSI": "COORDD_REDIS", "COORDD_LOGLEVEL": "COORDD_LOG_LEVEL"} {
+		l := warned[name]
+		if l == nil {
+			t.Errorf("no WARN line with variable=%s", name)
+			continue
+		}
+		if got := l["did_you_mean"]; got != hint {
+			t.Errorf("%s: did_you_mean = %v; want %s", name, got, hint)
+		}
+	}
+	for _, name := range []string{"COORDD_TEAM_A_TOKENS", "COORDD_METRICS_TOKENS", "COORDD_REDIS_PW", "COORDD_DRAIN_DELAY", "COORDD_VERSION", "COORDD_TOKEN"} {
+		if l := warned[name]; l != nil {
+			t.Errorf("%s warned about: %v", name, l)
+		}
+	}
+}

@@ -69,7 +69,7 @@ func TestDeployFilesConfig(t *testing.T) {
 				}
 				a = "--config=" + path
 			}
-			args = append(args, strings.ReplaceAll(a, "$(COORDD_REDIS_URL)", secret.StringData["redis-url"]))
+			args = append(args, strings.ReplaceAll(a, "$(REDIS_URL)", secret.StringData["redis-url"]))
 		}
 		tests["kubernetes"] = args
 	}

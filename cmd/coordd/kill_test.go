@@ -29,6 +29,7 @@ const childArgsEnv = "COORDD_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgsEnv); args != "" {
+		os.Unsetenv(childArgsEnv)           // no COORDD_ variable coordd would warn of
 		ctx, hurry, stop := signalContext() // as main: SIGTERM drains, a second hurries
 		defer stop()
 		if err := runHurried(ctx, hurry, strings.Split(args, "\x1f"), os.Stderr); err != nil {

@@ -143,6 +143,8 @@ type options struct {
 	// "--upstream", "COORDD_UPSTREAM", "config file and --upstream"...;
 	// "" when none is configured and the default is in force.
 	upstreamsFrom string
+	// strayEnv are the COORDD_* variables that configure nothing.
+	strayEnv []strayVar
 }
 
 // parseArgs reads the command line and the environment, then the
@@ -247,6 +249,7 @@ Flags:
 	if *pprofOn {
 		fc.Pprof = true
 	}
+	o.strayEnv = strayEnv(os.Environ(), fs, fc)
 	switch {
 	case len(fc.Upstreams) > 0 && len(ups) > 0:
 		o.upstreamsFrom = "config file and " + upsFrom
@@ -300,6 +303,7 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	if err != nil {
 		return err
 	}
+	warnStrayEnv(log, o.strayEnv)
 
 	// go-redis logs through a global logger of its own; route it into ours,
 	// at debug: coordd already logs Redis going down and coming back. Once:
