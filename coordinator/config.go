@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -126,38 +127,53 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// validate names every bad field of c, each error on its own
+// (errors.Join), so that one run reports them all.
 func (c *Config) validate() error {
+	var errs []error
 	seen := map[string]bool{}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		field := fmt.Sprintf("upstreams[%d]", i)
+		if seen[u.Name] {
+			errs = append(errs, fmt.Errorf("%s.name: duplicate name %q", field, u.Name))
+		}
+		seen[u.Name] = true
 		if err := upstream.Validate(u, field); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 		if u.Credential != nil {
 			if err := u.Credential.Load(fmt.Sprintf("%s (%s).credential", field, u.Name), c.Logger.With("component", "credentials")); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		}
-		if seen[u.Name] {
-			return fmt.Errorf("upstreams[%d].name: duplicate name %q", i, u.Name)
-		}
-		seen[u.Name] = true
 	}
 	if k := c.CredentialScopeKey; !k.IsZero() && len(k.Reveal()) < 16 {
-		return fmt.Errorf("credential_scope_key: must be at least 16 bytes")
+		errs = append(errs, fmt.Errorf("credential_scope_key: must be at least 16 bytes"))
 	}
-	switch {
-	case c.L1MaxBytes < 1<<20:
-		return fmt.Errorf("l1_max_bytes: %d is below the 1 MiB minimum", c.L1MaxBytes)
-	case c.LockTTL < 100*time.Millisecond:
-		return fmt.Errorf("lock_ttl: %v is below the 100ms minimum", c.LockTTL)
-	case c.RedisTimeout < 0:
-		return fmt.Errorf("redis_timeout: must not be negative")
-	case strings.ContainsAny(c.KeyPrefix, "{}"):
-		return fmt.Errorf("key_prefix: %q must not contain { or }: coordd puts each key's id in a hash tag", c.KeyPrefix)
+	if c.L1MaxBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("l1_max_bytes: %d is below the 1 MiB minimum", c.L1MaxBytes))
 	}
-	return nil
+	if c.LockTTL < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("lock_ttl: %v is below the 100ms minimum", c.LockTTL))
+	}
+	if c.RedisTimeout < 0 {
+		errs = append(errs, fmt.Errorf("redis_timeout: must not be negative"))
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		errs = append(errs, fmt.Errorf("key_prefix: %q must not contain { or }: coordd puts each key's id in a hash tag", c.KeyPrefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Resolved returns c as New uses it: every zero field given its default,
+// and checked. The error names every bad field by its key, each on its own
+// (errors.Join); New returns the same. c's fields are left as they are,
+// but for the upstreams' credentials, which it shares and loads, as New
+// does (reading their values).
+func (c Config) Resolved() (Config, error) {
+	c.setDefaults()
+	return c, c.validate()
 }
 
 func setDefault[T comparable](v *T, def T) {
