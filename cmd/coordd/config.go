@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +8,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/coordd/coordd/coordinator"
 )
@@ -86,15 +83,35 @@ func (fc *fileConfig) validateRedis() error {
 }
 
 // readConfig parses YAML, refusing unknown fields so that a typo names
-// itself instead of being ignored.
+// itself instead of being ignored. Its error lists every problem, each
+// naming the key path and line it is at (decodeYAML).
 func readConfig(r io.Reader) (fileConfig, error) {
-	var fc fileConfig
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return fc, fmt.Errorf("config: %w", err)
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fileConfig{}, fmt.Errorf("config: %w", err)
 	}
-	return fc, nil
+	return decodeConfig(b, "")
+}
+
+// decodeConfig decodes b, the configuration file path ("" if none). It
+// returns what decoded beside the error, one line a problem
+// (errors.Join): "config: FILE: line 5: upstreams[1].ttl: …".
+func decodeConfig(b []byte, path string) (fileConfig, error) {
+	var fc fileConfig
+	var errs []error
+	for _, err := range decodeYAML(b, &fc) {
+		var ye *yamlError
+		switch {
+		case path == "":
+			err = fmt.Errorf("config: %w", err)
+		case errors.As(err, &ye):
+			err = fmt.Errorf("config: %s:%d: %s: %s", path, ye.line, ye.path, ye.msg)
+		default:
+			err = fmt.Errorf("config: %s: %w", path, err)
+		}
+		errs = append(errs, err)
+	}
+	return fc, errors.Join(errs...)
 }
 
 func loadConfigFile(path string) (fileConfig, error) {
@@ -102,11 +119,7 @@ func loadConfigFile(path string) (fileConfig, error) {
 	if err != nil {
 		return fileConfig{}, fmt.Errorf("config: %w", err)
 	}
-	fc, err := readConfig(bytes.NewReader(b))
-	if err != nil {
-		return fc, fmt.Errorf("%s: %w", path, err)
-	}
-	return fc, nil
+	return decodeConfig(b, path)
 }
 
 // addUpstreamFlag applies one --upstream NAME=BASE_URL: it overrides the

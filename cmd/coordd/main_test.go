@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +377,52 @@ func TestRedisAndClusterRefused(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// goTypeName matches what a YAML error must not show: the Go types the
+// file decodes into, and YAML's own tags.
+var goTypeName = regexp.MustCompile(`time\.Duration|\bmain\.|\bupstream\.[A-Za-z]|\bcoordinator\.[A-Za-z]|\[\][a-z]|\b(u?int|float)(8|16|32|64)?\b|\bbool\b|\bstring\b|!!`)
+
+// TestConfigYAMLErrorsNameKeys: a file that does not decode is refused
+// with errors that name each bad value by its YAML key path and line,
+// never by the Go type it was to fill, all of them at once.
+func TestConfigYAMLErrorsNameKeys(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown field", "listne: x\n", []string{"line 1", "listne", "unknown", "listen"}},
+		{"unknown nested field", "upstreams:\n  - name: a\n    base_url: http://a\n    retry:\n      max_atempts: 3\n",
+			[]string{"line 5", "upstreams[0].retry.max_atempts", "max_attempts"}},
+		{"sentinel typo", "redis_sentinel:\n  mastername: m\n", []string{"redis_sentinel.mastername", "master_name"}},
+		{"duration", "upstreams:\n  - name: a\n    base_url: http://a\n  - name: b\n    ttl: soon\n", []string{"line 5", "upstreams[1].ttl", `"soon"`, "duration"}},
+		{"duration as a number", "lock_ttl: 3\n", []string{"lock_ttl", `"3"`, "duration"}},
+		{"integer", "l1_max_bytes: lots\n", []string{"l1_max_bytes", `"lots"`}},
+		{"boolean", "pprof: maybe\n", []string{"pprof", `"maybe"`, "true or false"}},
+		{"number", "tracing:\n  sample_ratio: half\n", []string{"tracing.sample_ratio", `"half"`}},
+		{"list for a mapping", "tls: [a]\n", []string{"tls", "mapping"}},
+		{"scalar for a list", "upstreams: mdn\n", []string{"upstreams", "list"}},
+		{"mapping for a value", "listen: {a: b}\n", []string{"listen", "single value"}},
+		{"key given twice", "listen: a\nlisten: b\n", []string{"line 2", "listen", "twice", "line 1"}},
+		{"every error at once", "listne: x\nupstreams:\n  - name: a\n    ttl: soon\n  - name: b\n    timeout: later\nlock_ttl: forever\n",
+			[]string{"listne", "upstreams[0].ttl", "upstreams[1].timeout", "lock_ttl", `"forever"`}},
+		{"not yaml", "listen: [a\n", []string{"line"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := readConfig(strings.NewReader(tt.yaml))
+			if err == nil {
+				t.Fatal("readConfig: no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q; want it to contain %q", err, w)
+				}
+			}
+			if m := goTypeName.FindString(err.Error()); m != "" {
+				t.Errorf("error %q names a Go type or YAML tag (%q); want YAML keys only", err, m)
+			}
+		})
 	}
 }

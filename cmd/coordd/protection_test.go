@@ -78,7 +78,7 @@ func TestProtectionConfigErrors(t *testing.T) {
 	}{
 		{"unknown field", "    rate_limt: 5\n", "rate_limt"},
 		{"unknown nested field", "    retry:\n      attempts: 5\n", "attempts"},
-		{"bad duration", "    max_wait: soon\n", "line 4: cannot unmarshal !!str `soon`"},
+		{"bad duration", "    max_wait: soon\n", `line 4: upstreams[0].max_wait: "soon" is not a duration`},
 		{"bad burst", "    burst: -1\n", "upstreams[0] (mdn).burst"},
 		{"bad attempts", "    retry:\n      max_attempts: 50\n", "upstreams[0] (mdn).retry.max_attempts"},
 		{"bad rate", "    breaker:\n      failure_rate: 1.5\n", "upstreams[0] (mdn).breaker.failure_rate"},
