@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -447,5 +449,208 @@ redis_password_env: COORDD_REDIS_PW
 		if l := warned[name]; l != nil {
 			t.Errorf("%s warned about: %v", name, l)
 		}
+	}
+}
+
+// TestCheckConfigPrintsResolved runs the built coordd with --check-config:
+// it prints, as YAML on stdout, the configuration it resolved (the file,
+// the environment and the flags merged, every default filled in), with
+// every secret shown as <redacted> and the names of the variables and
+// files that hold secrets left as they are.
+func TestCheckConfigPrintsResolved(t *testing.T) {
+	bin := coorddBinary(t, "")
+	dir := t.TempDir()
+	tokensFile := filepath.Join(dir, "team-a")
+	if err := os.WriteFile(tokensFile, []byte("file-s3cret-token-4444\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"COORDD_LISTEN=127.0.0.1:7001",
+		"COORDD_TEST_REDIS_PW=env-s3cret-2",
+		"TEAM_A_TOKENS=env-s3cret-token-3333",
+		"METRICS_TOKENS=metrics-env-s3cret-7777",
+	}
+	for _, tt := range []struct {
+		name  string
+		yaml  string
+		check func(t *testing.T, got map[string]any)
+	}{
+		{"redis and tenants", `redis: "redis://coordd:url-s3cret-1@127.0.0.1:6379/0"
+redis_password_env: COORDD_TEST_REDIS_PW
+tenants:
+  - name: a
+    tokens_env: TEAM_A_TOKENS
+    tokens_file: ` + tokensFile + `
+    tokens: ["inline-s3cret-token-5555"]
+    upstreams: ["*"]
+metrics_listen: "127.0.0.1:9"
+metrics_auth:
+  tokens_env: METRICS_TOKENS
+  tokens: ["metrics-s3cret-token-6666"]
+upstreams:
+  - name: a
+    base_url: http://a.example
+    ttl: 1m
+`, func(t *testing.T, got map[string]any) {
+			for path, want := range map[string]any{
+				"listen":                         "127.0.0.1:7001", // the environment
+				"log_level":                      "debug",          // a flag
+				"log_format":                     "text",
+				"drain_delay":                    "5s",
+				"shutdown_grace":                 "10s",
+				"max_concurrent_calls":           10000,
+				"reflection":                     true,
+				"lock_ttl":                       "2s",
+				"redis_timeout":                  "500ms",
+				"key_prefix":                     "coordd:",
+				"l1_max_bytes":                   268435456,
+				"tracing.protocol":               "grpc",
+				"upstreams.0.name":               "a",
+				"upstreams.0.ttl":                "1m0s",
+				"upstreams.0.stale_ttl":          "24h0m0s",
+				"upstreams.0.rate_limit":         20,
+				"upstreams.0.retry.max_attempts": 3,
+				"upstreams.1.name":               "b", // a flag
+				"upstreams.1.base_url":           "http://b.example",
+				"upstreams.1.ttl":                "10m0s",
+				"redis":                          "redis://coordd:<redacted>@127.0.0.1:6379/0",
+				"redis_password_env":             "COORDD_TEST_REDIS_PW",
+				"tenants.0.tokens_env":           "TEAM_A_TOKENS",
+				"tenants.0.tokens_file":          tokensFile,
+				"tenants.0.tokens.0":             "<redacted>",
+				"tenants.0.upstreams.0":          "*",
+				"metrics_auth.tokens_env":        "METRICS_TOKENS",
+				"metrics_auth.tokens.0":          "<redacted>",
+			} {
+				if g := yamlAt(got, path); fmt.Sprint(g) != fmt.Sprint(want) {
+					t.Errorf("%s = %v; want %v", path, g, want)
+				}
+			}
+		}},
+		{"sentinel", `redis_sentinel:
+  master_name: m
+  addrs: ["127.0.0.1:26379"]
+  password: sentinel-s3cret-8
+  sentinel_password: sentinel-s3cret-9
+`, func(t *testing.T, got map[string]any) {
+			for path, want := range map[string]any{
+				"redis_sentinel.master_name":       "m",
+				"redis_sentinel.addrs.0":           "127.0.0.1:26379",
+				"redis_sentinel.password":          "<redacted>",
+				"redis_sentinel.sentinel_password": "<redacted>",
+				"upstreams.0.name":                 "b",
+			} {
+				if g := yamlAt(got, path); fmt.Sprint(g) != fmt.Sprint(want) {
+					t.Errorf("%s = %v; want %v", path, g, want)
+				}
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := runBinary(t, bin, env, "--config", path, "--upstream", "b=http://b.example", "--log-level", "debug", "--check-config")
+			if code != 0 || !strings.Contains(stderr, "configuration ok") {
+				t.Fatalf("exit %d; want 0 and \"configuration ok\"\nstderr: %s", code, stderr)
+			}
+			if strings.Contains(stdout+stderr, "s3cret") {
+				t.Errorf("a secret is shown:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+			var got map[string]any
+			if err := yaml.Unmarshal([]byte(stdout), &got); err != nil || got == nil {
+				t.Fatalf("stdout is not a YAML mapping (%v):\n%s", err, stdout)
+			}
+			tt.check(t, got)
+			// What it printed is a configuration coordd reads.
+			if _, err := readConfig(strings.NewReader(stdout)); err != nil {
+				t.Errorf("the printed configuration does not read back: %v", err)
+			}
+		})
+	}
+}
+
+// yamlAt is the value at path (keys and list indexes joined by dots) in
+// v, decoded YAML; nil if none.
+func yamlAt(v any, path string) any {
+	for k := range strings.SplitSeq(path, ".") {
+		switch c := v.(type) {
+		case map[string]any:
+			v = c[k]
+		case []any:
+			i, err := strconv.Atoi(k)
+			if err != nil || i >= len(c) {
+				return nil
+			}
+			v = c[i]
+		default:
+			return nil
+		}
+	}
+	return v
+}
+
+// TestCheckConfigReportsEveryError runs the built coordd with
+// --check-config on a configuration with many errors, in the file, the
+// environment and the flags: it exits 1 and reports every one of them,
+// each naming its key, variable or flag, none naming a Go type, and
+// prints no configuration.
+func TestCheckConfigReportsEveryError(t *testing.T) {
+	bin := coorddBinary(t, "")
+	path := filepath.Join(t.TempDir(), "coordd.yaml")
+	yml := `lock_ttl: 1ms
+shutdown_grace: -1s
+log_format: xml
+redis: redis://127.0.0.1:1/0
+redis_cluster: ["127.0.0.1:2"]
+upstreams:
+  - name: a
+    base_url: ftp://a
+  - name: b
+    base_url: http://b
+    ttl: -1s
+  - name: c
+    base_url: http://c
+    timeout: soon
+tenants:
+  - name: t
+    tokens: ["0123456789abcdef-token"]
+    upstreams: [nope]
+  - name: u
+    tokens_env: COORDD_TEST_UNSET_TOKENS
+    upstreams: ["*"]
+`
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runBinary(t, bin, []string{"COORDD_DRAIN_DELAY=soon", "COORDD_PPROF=maybe"},
+		"--config", path, "--upstream", "nobase", "--check-config")
+	if code != 1 {
+		t.Errorf("exit %d; want 1", code)
+	}
+	for _, want := range []string{
+		`"COORDD_DRAIN_DELAY": invalid value "soon"`,
+		`"COORDD_PPROF": invalid value "maybe"`,
+		`--upstream "nobase"`,
+		"lock_ttl",
+		"shutdown_grace",
+		"log_format",
+		"redis, redis_cluster",
+		"upstreams[0] (a).base_url",
+		"upstreams[1] (b).ttl",
+		`upstreams[2].timeout: "soon" is not a duration`,
+		`tenants[0] (t).upstreams[0]: no upstream is named "nope"`,
+		"tenants[1] (u).tokens_env",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if m := goTypeName.FindString(stderr); m != "" {
+		t.Errorf("stderr names a Go type (%q):\n%s", m, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("stdout %q; want no configuration printed when it has errors", stdout)
 	}
 }

@@ -169,8 +169,14 @@ func logUpstreams(log *slog.Logger, ups []coordinator.Upstream, from string) {
 	log.Info("upstreams in force; they replace the default", "upstreams", list, "source", from, "default", d.Name+"="+d.BaseURL)
 }
 
-// coordinatorConfig is the coordinator's part of the configuration;
-// coordinator.New validates it, naming the bad field by its key.
+// coordinatorConfig is the coordinator's part of the configuration,
+// checked as coordinator.New checks it: the error names every bad field
+// by its key, one per line (errors.Join).
 func (fc *fileConfig) coordinatorConfig() (coordinator.Config, error) {
-	return fc.Config, nil
+	_, err := fc.Config.Resolved()
+	var errs []error
+	for _, e := range splitErrors(err) {
+		errs = append(errs, fmt.Errorf("config: %w", e))
+	}
+	return fc.Config, errors.Join(errs...)
 }

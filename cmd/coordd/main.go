@@ -118,18 +118,28 @@ func exitCode(program string, err error, stderr io.Writer) int {
 		}
 		return 2
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", program, err)
+	// One line an error: a configuration's errors come joined.
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "%s: %s\n", program, line)
+	}
 	return 1
 }
 
-// quoted is a flag value whose Set errors quote the value refused: the
-// flag package's own say "parse error" and no more, which is enough on a
-// command line the user sees, not for an environment variable.
-type quoted struct{ flag.Value }
+// fromEnv is a flag value set from its environment variable. A value it
+// refuses is recorded in errs, quoted (the flag package's own errors say
+// "parse error" and no more, which is enough on a command line the user
+// sees, not for an environment variable), and not returned, so that ff
+// goes on to the other variables and one run reports every bad one.
+type fromEnv struct {
+	flag.Value
+	name string
+	errs *[]error
+}
 
-func (q quoted) Set(v string) error {
-	if err := q.Value.Set(v); err != nil {
-		return fmt.Errorf("invalid value %q: %w", v, err)
+func (e fromEnv) Set(v string) error {
+	if err := e.Value.Set(v); err != nil {
+		*e.errs = append(*e.errs, fmt.Errorf("environment: error setting flag %q from environment variable %q: invalid value %q: %w",
+			e.name, flagEnvName(e.name), v, err))
 	}
 	return nil
 }
@@ -150,6 +160,10 @@ type options struct {
 // parseArgs reads the command line and the environment, then the
 // configuration file they name, and returns the configuration with
 // precedence flags > COORDD_* environment variables > file > defaults.
+// A mistake on the command line is a *usageError, returned at once; the
+// configuration's errors (bad environment values, --upstream flags, the
+// file's) are all reported, one per line (errors.Join), beside what was
+// read despite them.
 func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -186,22 +200,17 @@ Flags:
 	env := flag.NewFlagSet("coordd", flag.ContinueOnError)
 	env.SetOutput(io.Discard)
 	var envUps stringList
+	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		switch {
 		case actionFlags[f.Name]:
 		case f.Name == "upstream":
-			env.Var(quoted{&envUps}, f.Name, f.Usage)
+			env.Var(fromEnv{&envUps, f.Name, &errs}, f.Name, f.Usage)
 		default:
-			env.Var(quoted{f.Value}, f.Name, f.Usage)
+			env.Var(fromEnv{f.Value, f.Name, &errs}, f.Name, f.Usage)
 		}
 	})
 	if err := ff.Parse(env, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
-		// ff's "error parsing environment variables: error setting flag
-		// "drain-delay" from environment variable "COORDD_DRAIN_DELAY":
-		// invalid value "soon": parse error", less its first part.
-		if inner := errors.Unwrap(err); inner != nil {
-			err = inner
-		}
 		return options{}, fmt.Errorf("environment: %w", err)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -222,7 +231,7 @@ Flags:
 	if *configPath != "" {
 		var err error
 		if *fc, err = loadConfigFile(*configPath); err != nil {
-			return o, err
+			errs = append(errs, err)
 		}
 	}
 	if *listen != "" {
@@ -260,7 +269,7 @@ Flags:
 	}
 	for _, u := range ups {
 		if err := fc.addUpstreamFlag(u); err != nil {
-			return o, err
+			errs = append(errs, err)
 		}
 	}
 	if fc.Listen == "" {
@@ -268,17 +277,17 @@ Flags:
 	}
 	switch {
 	case fc.ShutdownGrace < 0:
-		return o, fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace)
+		errs = append(errs, fmt.Errorf("config: shutdown_grace: %v must not be negative", fc.ShutdownGrace))
 	case fc.ShutdownGrace == 0:
 		fc.ShutdownGrace = 10 * time.Second
 	}
 	switch {
 	case fc.DrainDelay < 0:
-		return o, fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay)
+		errs = append(errs, fmt.Errorf("config: drain_delay: %v must not be negative", fc.DrainDelay))
 	case fc.DrainDelay == 0:
 		fc.DrainDelay = 5 * time.Second
 	}
-	return o, nil
+	return o, errors.Join(errs...)
 }
 
 // run parses args, serves until ctx ends, then drains, taking the whole
@@ -291,17 +300,22 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 // of the delay is skipped and the calls in flight are cut.
 func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) error {
 	o, err := parseArgs(args, stderr)
-	if err != nil {
+	var ue *usageError
+	if errors.As(err, &ue) {
 		return err
 	}
 	if o.version {
 		fmt.Fprintln(os.Stdout, version.String("coordd"))
 		return nil
 	}
+	// Every error of the configuration is gathered before coordd gives up,
+	// so that one run (or one --check-config) reports them all.
+	errs := splitErrors(err)
 	fc := o.fc
 	log, err := newLogger(stderr, fc.LogFormat, fc.LogLevel)
 	if err != nil {
-		return err
+		errs = append(errs, err)
+		log, _ = newLogger(stderr, "", "") // to log the rest with
 	}
 	warnStrayEnv(log, o.strayEnv)
 
@@ -311,23 +325,25 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	setRedisLogger.Do(func() { redis.SetLogger(redisLogger{log.With("component", "go-redis")}) })
 
 	cfg, err := fc.coordinatorConfig()
-	if err != nil {
-		return err
-	}
+	errs = append(errs, splitErrors(err)...)
 	cfg.Logger = log
-	if err := fc.scopeKey(&cfg); err != nil {
-		return err
-	}
+	errs = append(errs, splitErrors(fc.scopeKey(&cfg))...)
 	traceSettings, err := fc.Tracing.settings(os.Getenv)
-	if err != nil {
-		return err
-	}
+	errs = append(errs, splitErrors(err)...)
 	srvOpts, grpcOpts, httpTLS, certs, err := fc.serverOptions(log, fc.upstreamNames())
-	if err != nil {
-		return err
-	}
-	if o.checkConfig {
-		return checkConfig(fc, cfg, stderr)
+	errs = append(errs, splitErrors(err)...)
+	_, err = checkMetrics(fc)
+	errs = append(errs, splitErrors(err)...)
+	rdb, err := redisClient(fc) // connects lazily: on first use
+	errs = append(errs, splitErrors(err)...)
+	if len(errs) > 0 || o.checkConfig {
+		if rdb != nil {
+			_ = rdb.Close()
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		return checkConfig(fc, cfg, os.Stdout, stderr)
 	}
 	ms, err := listenMetrics(fc)
 	if err != nil {
@@ -335,10 +351,6 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	}
 	defer ms.close()
 	ms.watchCert(certs)
-	rdb, err := redisClient(fc)
-	if err != nil {
-		return err
-	}
 	tr, err := startTracing(ctx, traceSettings, log)
 	if err != nil {
 		return err
@@ -425,27 +437,43 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	return err
 }
 
-// checkConfig checks what run has not yet (the metrics settings, the
-// Redis client's, and cfg as coordinator.New does, without Redis) and
-// reports the result. It binds no address and connects to nothing.
-func checkConfig(fc fileConfig, cfg coordinator.Config, stderr *os.File) error {
-	if _, err := checkMetrics(fc); err != nil {
-		return err
-	}
-	rdb, err := redisClient(fc)
-	if err != nil {
-		return err
-	}
-	if rdb != nil {
-		_ = rdb.Close() // never used: go-redis connects lazily
-	}
+// checkConfig checks cfg as coordinator.New does, without Redis, then
+// prints the configuration resolved from fc (file, environment and flags)
+// and cfg, defaults filled in and secrets redacted, as YAML on stdout, and
+// "configuration ok" on stderr. It binds no address and connects to
+// nothing.
+func checkConfig(fc fileConfig, cfg coordinator.Config, stdout io.Writer, stderr *os.File) error {
 	c, err := coordinator.New(cfg, coordinator.Options{})
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	c.Close()
+	resolved, err := fc.resolved()
+	if err != nil {
+		return err
+	}
+	if err := printRedacted(stdout, resolved); err != nil {
+		return err
+	}
 	fmt.Fprintln(stderr, "coordd: configuration ok")
 	return nil
+}
+
+// splitErrors returns the errors err joins (errors.Join), each of them
+// split in turn; err alone if it joins none; none for nil.
+func splitErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []error{err}
+	}
+	var out []error
+	for _, e := range j.Unwrap() {
+		out = append(out, splitErrors(e)...)
+	}
+	return out
 }
 
 func redisClient(fc fileConfig) (redis.UniversalClient, error) {

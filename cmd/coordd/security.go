@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -100,16 +101,18 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 	if sc.Reflection != nil {
 		sopts = append(sopts, server.WithReflection(*sc.Reflection))
 	}
+	var tenantsErr error // reported with tls's, if any: every error at once
 	if len(sc.Tenants) > 0 {
 		tenants, err := sc.tenants(upstreams, log)
-		if err != nil {
-			return nil, nil, nil, nil, err
+		if err == nil {
+			var a *server.Auth
+			if a, err = server.NewAuth(tenants); err != nil {
+				err = fmt.Errorf("config: %w", err)
+			} else {
+				sopts = append(sopts, server.WithAuth(a))
+			}
 		}
-		a, err := server.NewAuth(tenants)
-		if err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("config: %w", err)
-		}
-		sopts = append(sopts, server.WithAuth(a))
+		tenantsErr = err
 		if sc.TLS == nil {
 			log.Warn("tenants are configured without tls: bearer tokens cross the network in clear text")
 		}
@@ -117,11 +120,14 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 	if sc.TLS != nil {
 		cfg, r, err := sc.TLS.serverTLS(log)
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, nil, errors.Join(tenantsErr, err)
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(cfg)))
 		httpTLS = withHTTP1(cfg)
 		certs = r
+	}
+	if tenantsErr != nil {
+		return nil, nil, nil, nil, tenantsErr
 	}
 	return sopts, gopts, httpTLS, certs, nil
 }
@@ -146,25 +152,28 @@ func withHTTP1(cfg *tls.Config) *tls.Config {
 	return out
 }
 
-// tenants reads every tenant's tokens and credentials and checks its grant.
+// tenants reads every tenant's tokens and credentials and checks its
+// grant. The error names every bad field of every tenant, one per line
+// (errors.Join).
 func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]server.Tenant, error) {
 	var out []server.Tenant
+	var errs []error
 	for i, tc := range sc.Tenants {
 		field := fmt.Sprintf("config: tenants[%d] (%s)", i, tc.Name)
 		toks, err := readTokens(field, tc.TokensEnv, tc.TokensFile, tc.Tokens)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks}
 		switch {
 		case tc.Upstreams == nil:
-			return nil, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field)
+			errs = append(errs, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field))
 		case slices.Equal(tc.Upstreams, []string{"*"}):
 			// nil: all
 		default:
 			for j, u := range tc.Upstreams {
 				if !slices.Contains(upstreams, u) {
-					return nil, fmt.Errorf("%s.upstreams[%d]: no upstream is named %q", field, j, u)
+					errs = append(errs, fmt.Errorf("%s.upstreams[%d]: no upstream is named %q", field, j, u))
 				}
 			}
 			t.Upstreams = slices.Clone(tc.Upstreams)
@@ -175,14 +184,18 @@ func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]serve
 			cf := fmt.Sprintf("%s.credentials.%s", field, u)
 			switch {
 			case !slices.Contains(upstreams, u):
-				return nil, fmt.Errorf("%s: no upstream is named %q", cf, u)
+				errs = append(errs, fmt.Errorf("%s: no upstream is named %q", cf, u))
+				continue
 			case t.Upstreams != nil && !slices.Contains(t.Upstreams, u):
-				return nil, fmt.Errorf("%s: the tenant is not granted upstream %q", cf, u)
+				errs = append(errs, fmt.Errorf("%s: the tenant is not granted upstream %q", cf, u))
+				continue
 			case cred == nil:
-				return nil, fmt.Errorf("%s: empty; give header and value_env or value_file", cf)
+				errs = append(errs, fmt.Errorf("%s: empty; give header and value_env or value_file", cf))
+				continue
 			}
 			if err := cred.Load(cf, log.With("component", "credentials")); err != nil {
-				return nil, err
+				errs = append(errs, err)
+				continue
 			}
 			if t.Credentials == nil {
 				t.Credentials = map[string]*upstream.Credential{}
@@ -191,7 +204,7 @@ func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]serve
 		}
 		out = append(out, t)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // serverTLS loads the listener's certificate and, for mutual TLS, the
