@@ -407,9 +407,16 @@ func TestStrayEnvironmentWarned(t *testing.T) {
   - name: a
     tokens_env: COORDD_TEAM_A_TOKENS
     upstreams: ["*"]
+    credentials:
+      gh: {value_env: COORDD_TEAM_A_GH}
 metrics_auth:
   tokens_env: COORDD_METRICS_TOKENS
 redis_password_env: COORDD_REDIS_PW
+credential_scope_key_env: COORDD_SCOPE_KEY
+upstreams:
+  - name: gh
+    base_url: http://127.0.0.1:9
+    credential: {value_env: COORDD_GH}
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -423,6 +430,9 @@ redis_password_env: COORDD_REDIS_PW
 		"COORDD_DRAIN_DELAY":    "1ms",
 		"COORDD_VERSION":        "v1.2.3",
 		"COORDD_TOKEN":          "mdn-mcp-token-0123456789",
+		"COORDD_TEAM_A_GH":      "Bearer team-a-gh-0123456789",
+		"COORDD_GH":             "Bearer gh-0123456789",
+		"COORDD_SCOPE_KEY":      "scope-key-0123456789abcdef",
 	}, "--config", path)
 	warned := map[string]map[string]any{}
 	for _, l := range lines {
@@ -445,7 +455,8 @@ redis_password_env: COORDD_REDIS_PW
 			t.Errorf("%s: did_you_mean = %v; want %s", name, got, hint)
 		}
 	}
-	for _, name := range []string{"COORDD_TEAM_A_TOKENS", "COORDD_METRICS_TOKENS", "COORDD_REDIS_PW", "COORDD_DRAIN_DELAY", "COORDD_VERSION", "COORDD_TOKEN"} {
+	for _, name := range []string{"COORDD_TEAM_A_TOKENS", "COORDD_METRICS_TOKENS", "COORDD_REDIS_PW", "COORDD_DRAIN_DELAY", "COORDD_VERSION", "COORDD_TOKEN",
+		"COORDD_TEAM_A_GH", "COORDD_GH", "COORDD_SCOPE_KEY"} {
 		if l := warned[name]; l != nil {
 			t.Errorf("%s warned about: %v", name, l)
 		}
@@ -469,6 +480,9 @@ func TestCheckConfigPrintsResolved(t *testing.T) {
 		"COORDD_TEST_REDIS_PW=env-s3cret-2",
 		"TEAM_A_TOKENS=env-s3cret-token-3333",
 		"METRICS_TOKENS=metrics-env-s3cret-7777",
+		"GH_TOKEN=Bearer gh-s3cret-10",
+		"TEAM_A_GH_TOKEN=Bearer team-a-gh-s3cret-11",
+		"SCOPE_KEY=scope-key-s3cret-0123456789",
 	}
 	for _, tt := range []struct {
 		name  string
@@ -477,12 +491,15 @@ func TestCheckConfigPrintsResolved(t *testing.T) {
 	}{
 		{"redis and tenants", `redis: "redis://coordd:url-s3cret-1@127.0.0.1:6379/0"
 redis_password_env: COORDD_TEST_REDIS_PW
+credential_scope_key_env: SCOPE_KEY
 tenants:
   - name: a
     tokens_env: TEAM_A_TOKENS
     tokens_file: ` + tokensFile + `
     tokens: ["inline-s3cret-token-5555"]
     upstreams: ["*"]
+    credentials:
+      a: {value_env: TEAM_A_GH_TOKEN}
 metrics_listen: "127.0.0.1:9"
 metrics_auth:
   tokens_env: METRICS_TOKENS
@@ -491,36 +508,45 @@ upstreams:
   - name: a
     base_url: http://a.example
     ttl: 1m
+    credential: {value_env: GH_TOKEN}
+    request_headers: {User-Agent: coordd, X-Api-Key: header-s3cret-12}
 `, func(t *testing.T, got map[string]any) {
 			for path, want := range map[string]any{
-				"listen":                         "127.0.0.1:7001", // the environment
-				"log_level":                      "debug",          // a flag
-				"log_format":                     "text",
-				"drain_delay":                    "5s",
-				"shutdown_grace":                 "10s",
-				"max_concurrent_calls":           10000,
-				"reflection":                     true,
-				"lock_ttl":                       "2s",
-				"redis_timeout":                  "500ms",
-				"key_prefix":                     "coordd:",
-				"l1_max_bytes":                   268435456,
-				"tracing.protocol":               "grpc",
-				"upstreams.0.name":               "a",
-				"upstreams.0.ttl":                "1m0s",
-				"upstreams.0.stale_ttl":          "24h0m0s",
-				"upstreams.0.rate_limit":         20,
-				"upstreams.0.retry.max_attempts": 3,
-				"upstreams.1.name":               "b", // a flag
-				"upstreams.1.base_url":           "http://b.example",
-				"upstreams.1.ttl":                "10m0s",
-				"redis":                          "redis://coordd:<redacted>@127.0.0.1:6379/0",
-				"redis_password_env":             "COORDD_TEST_REDIS_PW",
-				"tenants.0.tokens_env":           "TEAM_A_TOKENS",
-				"tenants.0.tokens_file":          tokensFile,
-				"tenants.0.tokens.0":             "<redacted>",
-				"tenants.0.upstreams.0":          "*",
-				"metrics_auth.tokens_env":        "METRICS_TOKENS",
-				"metrics_auth.tokens.0":          "<redacted>",
+				"listen":                                 "127.0.0.1:7001", // the environment
+				"log_level":                              "debug",          // a flag
+				"log_format":                             "text",
+				"drain_delay":                            "5s",
+				"shutdown_grace":                         "10s",
+				"max_concurrent_calls":                   10000,
+				"reflection":                             true,
+				"lock_ttl":                               "2s",
+				"redis_timeout":                          "500ms",
+				"key_prefix":                             "coordd:",
+				"l1_max_bytes":                           268435456,
+				"tracing.protocol":                       "grpc",
+				"upstreams.0.name":                       "a",
+				"upstreams.0.ttl":                        "1m0s",
+				"upstreams.0.stale_ttl":                  "24h0m0s",
+				"upstreams.0.rate_limit":                 20,
+				"upstreams.0.retry.max_attempts":         3,
+				"upstreams.1.name":                       "b", // a flag
+				"upstreams.1.base_url":                   "http://b.example",
+				"upstreams.1.ttl":                        "10m0s",
+				"redis":                                  "redis://coordd:<redacted>@127.0.0.1:6379/0",
+				"redis_password_env":                     "COORDD_TEST_REDIS_PW",
+				"tenants.0.tokens_env":                   "TEAM_A_TOKENS",
+				"tenants.0.tokens_file":                  tokensFile,
+				"tenants.0.tokens.0":                     "<redacted>",
+				"tenants.0.upstreams.0":                  "*",
+				"metrics_auth.tokens_env":                "METRICS_TOKENS",
+				"metrics_auth.tokens.0":                  "<redacted>",
+				"upstreams.0.credential.header":          "Authorization",
+				"upstreams.0.credential.value_env":       "GH_TOKEN",
+				"upstreams.0.caller_credentials":         false,
+				"upstreams.0.request_headers.User-Agent": "coordd",
+				"upstreams.0.request_headers.X-Api-Key":  "<redacted>",
+				"tenants.0.credentials.a.value_env":      "TEAM_A_GH_TOKEN",
+				"credential_scope_key_env":               "SCOPE_KEY",
 			} {
 				if g := yamlAt(got, path); fmt.Sprint(g) != fmt.Sprint(want) {
 					t.Errorf("%s = %v; want %v", path, g, want)

@@ -68,9 +68,10 @@ func warnStrayEnv(log *slog.Logger, stray []strayVar) {
 }
 
 // envFields returns the values of every string field of v (a struct, or a
-// pointer to one, walked through its structs, pointers and slices) whose
-// yaml key ends in _env: the environment variables the configuration
-// names (tokens_env, redis_password_env, and any such field added later).
+// pointer to one, walked through its structs, pointers, slices and maps)
+// whose yaml key ends in _env: the environment variables the configuration
+// names (tokens_env, redis_password_env, a credential's value_env, and any
+// such field added later).
 func envFields(v reflect.Value) []string {
 	var out []string
 	var walk func(v reflect.Value)
@@ -83,6 +84,10 @@ func envFields(v reflect.Value) []string {
 		case reflect.Slice, reflect.Array:
 			for i := range v.Len() {
 				walk(v.Index(i))
+			}
+		case reflect.Map:
+			for it := v.MapRange(); it.Next(); {
+				walk(it.Value())
 			}
 		case reflect.Struct:
 			t := v.Type()

@@ -68,7 +68,7 @@ func printRedacted(w io.Writer, v any) error {
 }
 
 // secretWords mark a key whose value is a secret.
-var secretWords = []string{"token", "password", "passwd", "secret", "credential", "authorization", "api_key", "apikey", "private_key", "cookie"}
+var secretWords = []string{"token", "password", "passwd", "secret", "credential", "authorization", "api_key", "api-key", "apikey", "private_key", "cookie"}
 
 // namesSecret reports whether key names where a secret is read from (an
 // environment variable, a file) rather than holding one.
@@ -112,13 +112,15 @@ func redactNode(n *yaml.Node) {
 	}
 }
 
-// redactAll redacts every value in n and below but the names of where
-// secrets are read from. Empty values stay: they hide nothing.
+// redactAll redacts every string in n and below but the names of where
+// secrets are read from, and of the header a credential is sent in. Empty
+// strings stay, and so do booleans and numbers (caller_credentials:
+// false): they hide nothing, and what is printed still reads back.
 func redactAll(n *yaml.Node) {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		if n.ShortTag() != "!!null" && n.Value != "" {
-			n.Value, n.Tag, n.Style = redacted, "!!str", 0
+		if n.ShortTag() == "!!str" && n.Value != "" {
+			n.Value, n.Style = redacted, 0
 		}
 	case yaml.SequenceNode:
 		for _, c := range n.Content {
@@ -126,7 +128,7 @@ func redactAll(n *yaml.Node) {
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			if !namesSecret(strings.ToLower(n.Content[i].Value)) {
+			if k := strings.ToLower(n.Content[i].Value); !namesSecret(k) && k != "header" {
 				redactAll(n.Content[i+1])
 			}
 		}
