@@ -170,7 +170,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	configPath := fs.String("config", "", "YAML configuration `file`")
 	listen := fs.String("listen", "", "gRPC listen `address` (default 127.0.0.1:50051)")
 	redisURL := fs.String("redis", "", "Redis `URL`, e.g. redis://127.0.0.1:6379/0 (absent: single-node mode)")
-	checkConfig := fs.Bool("check-config", false, "check the configuration (file, environment and flags), then exit without serving or connecting")
+	checkConfig := fs.Bool("check-config", false, "check the configuration (file, environment and flags), print it resolved as YAML (secrets redacted), then exit without serving or connecting")
 	drainDelay := fs.Duration("drain-delay", 0, "how long SIGTERM keeps serving while health reports NOT_SERVING (default 5s)")
 	logFormat := fs.String("log-format", "", "log `format`: text or json (default text)")
 	logLevel := fs.String("log-level", "", "least log `level` written: debug, info, warn or error (default info)")
