@@ -586,7 +586,7 @@ func (c *Coordinator) recheck(f *flight, l lease) *Result {
 func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
-	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header()}
+	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header(), Scoped: t.scoped}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}

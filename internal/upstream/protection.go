@@ -188,7 +188,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
-		backoff := p.retryAfter(resp)
+		backoff := p.sharedBackoff(fr, resp)
 		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
 			// The answer goes to the callers now; its outcome reaches the
 			// shared breaker a Redis round trip later. Not for a half-open
@@ -307,8 +307,18 @@ func (p *Client) bound(ctx context.Context, fr FetchRequest) time.Duration {
 // tooManyBackoff is the backoff after a 429 without a Retry-After.
 const tooManyBackoff = time.Second
 
-// retryAfter is the backoff resp asks for (see Backoff).
-func (p *Client) retryAfter(resp *Response) time.Duration { return p.Backoff(resp) }
+// sharedBackoff is the backoff every instance holds the whole upstream
+// for after resp, answering fr: Backoff, except that a spent quota (a
+// rate-limited 403, or no request left) of a fetch that carried a
+// credential is that credential's alone, and holds nobody else back. Its
+// callers still get its wait (Backoff). A 429's or 503's Retry-After is
+// the upstream's, whoever asked.
+func (p *Client) sharedBackoff(fr FetchRequest, resp *Response) time.Duration {
+	if fr.Scoped && resp != nil && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0
+	}
+	return p.Backoff(resp)
+}
 
 // Backoff is how long every instance holds its requests to the upstream
 // after resp: its Retry-After on a 429, a 503 or a rate-limited 403 (see

@@ -127,3 +127,47 @@ func TestRateLimited403(t *testing.T) {
 		t.Errorf("upstream requests = %d; want 2 (the second fetch backed off)", n)
 	}
 }
+
+// TestSpentQuotaOfACredential: a credential's spent quota (a rate-limited
+// 403 answering a fetch that carried it) holds back no other fetch of the
+// upstream: another credential's, or one without, reaches the upstream at
+// once. Its own callers still get the wait until the reset (Backoff).
+func TestSpentQuotaOfACredential(t *testing.T) {
+	var hits atomic.Int32
+	reset := time.Now().Add(30 * time.Second).Unix()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Header.Get("Authorization") == "Bearer spent" {
+			w.Header().Set("X-RateLimit-Remaining", "0")
+			w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.Header().Set("X-RateLimit-Remaining", "10")
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}))
+	defer srv.Close()
+	up := Config{Name: "api", BaseURL: srv.URL}
+	up.Protection.MaxWait = 100 * time.Millisecond
+	SetDefaults(&up)
+	if err := Validate(&up, "upstreams[0]"); err != nil {
+		t.Fatal(err)
+	}
+	cl := NewClient(&up, Options{})
+	ctx := context.Background()
+	spent := FetchRequest{URL: srv.URL + "/user", Scoped: true, Header: http.Header{"Authorization": {"Bearer spent"}}}
+	resp, err := cl.Fetch(ctx, spent, nil)
+	if err != nil || !RateLimited(resp, time.Now()) || cl.Backoff(resp) < 25*time.Second {
+		t.Fatalf("the spent credential: %v, %v; want the rate-limited 403 with the reset as its wait", resp, err)
+	}
+	for name, fr := range map[string]FetchRequest{
+		"another credential": {URL: srv.URL + "/user", Scoped: true, Header: http.Header{"Authorization": {"Bearer fresh"}}},
+		"no credential":      {URL: srv.URL + "/user"},
+	} {
+		before := hits.Load()
+		resp, err := cl.Fetch(ctx, fr, nil)
+		if err != nil || resp.StatusCode != http.StatusOK || hits.Load() != before+1 {
+			t.Errorf("%s after a spent credential: %v, %v, %d requests; want it answered at once", name, resp, err, hits.Load()-before)
+		}
+	}
+}

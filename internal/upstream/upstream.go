@@ -28,6 +28,11 @@ type FetchRequest struct {
 	// only if the next one is free, so that such callers cannot starve
 	// cold misses and background revalidations.
 	LowPriority bool
+	// Scoped says that Header carries a credential (the upstream's, a
+	// tenant's or a caller's): a quota the answer says is spent is that
+	// credential's, so its backoff is not imposed on the whole upstream
+	// (see Client.Backoff).
+	Scoped bool
 	// Header holds the request headers of this fetch besides the
 	// upstream's RequestHeaders: the caller's forwarded headers and the
 	// credential. It is sent on each attempt and each redirect hop, all of
