@@ -597,11 +597,12 @@ type Metadata struct {
 	LastModified string `protobuf:"bytes,10,opt,name=last_modified,json=lastModified,proto3" json:"last_modified,omitempty"`
 	// ttl is how long the copy stays fresh from now; zero when stale.
 	Ttl *durationpb.Duration `protobuf:"bytes,11,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// headers are the upstream's end-to-end response header fields, as it
-	// sent them and in its order (hop-by-hop fields, Set-Cookie and
-	// Content-Length dropped; values that are not UTF-8 or hold a control
-	// character dropped; at most 64 fields of at most 1 KiB each). Link,
-	// Cache-Control, X-RateLimit-* and the rest; cached with the document.
+	// headers are the upstream's end-to-end response header fields, sorted
+	// by name, each name's values in the upstream's order (hop-by-hop
+	// fields, Set-Cookie, Content-Length, Content-Encoding and Age dropped;
+	// values that are not UTF-8 or hold a control character dropped; at most
+	// 64 fields of at most 1 KiB each, 16 KiB in all). Link, Cache-Control,
+	// X-RateLimit-* and the rest; cached with the document.
 	Headers []*Header `protobuf:"bytes,12,rep,name=headers,proto3" json:"headers,omitempty"`
 	// private is true when the document is cached for one credential scope
 	// only (a credential was sent); a cache between coordd and the caller

@@ -301,11 +301,12 @@ export type Metadata = Message<"coordd.v1.Metadata"> & {
   ttl?: Duration | undefined;
 
   /**
-   * headers are the upstream's end-to-end response header fields, as it
-   * sent them and in its order (hop-by-hop fields, Set-Cookie and
-   * Content-Length dropped; values that are not UTF-8 or hold a control
-   * character dropped; at most 64 fields of at most 1 KiB each). Link,
-   * Cache-Control, X-RateLimit-* and the rest; cached with the document.
+   * headers are the upstream's end-to-end response header fields, sorted
+   * by name, each name's values in the upstream's order (hop-by-hop
+   * fields, Set-Cookie, Content-Length, Content-Encoding and Age dropped;
+   * values that are not UTF-8 or hold a control character dropped; at most
+   * 64 fields of at most 1 KiB each, 16 KiB in all). Link, Cache-Control,
+   * X-RateLimit-* and the rest; cached with the document.
    *
    * @generated from field: repeated coordd.v1.Header headers = 12;
    */
