@@ -43,19 +43,12 @@ func credentialFor(s Scope, up *Upstream, own secret.Value) credential {
 	case !own.IsZero():
 		return credential{up.CredentialHeader(), own}
 	case s.Credentials[up.Name] != nil:
-		c := s.Credentials[up.Name]
-		return credential{orString(c.Header, up.CredentialHeader()), c.Value()}
+		c := s.Credentials[up.Name] // loaded: its Header is set
+		return credential{c.Header, c.Value()}
 	case up.Credential != nil:
 		return credential{up.CredentialHeader(), up.Credential.Value()}
 	}
 	return credential{}
-}
-
-func orString(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // forwarded keeps the headers of h that up forwards, normalised: values

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"math"
 	"net/http"
 	"slices"
@@ -357,16 +358,7 @@ func headerValue(v string) string {
 }
 
 // codeName is c's name as in google.rpc.Code: PERMISSION_DENIED.
-func codeName(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return strings.ToUpper(b.String())
-}
+func codeName(c codes.Code) string { return code.Code(c).String() }
 
 // netError is the Transport's error when no coordd answered. It wraps
 // ErrUnreachable and is a net.Error, as the errors of net/http's own

@@ -137,14 +137,4 @@ func MergeHeaders(old, fresh []Header) []Header {
 	return out
 }
 
-// Get returns the first value of the canonical header name d keeps, or "".
-func (d *Document) Get(name string) string {
-	for _, h := range d.Header {
-		if h.Name == name {
-			return h.Value
-		}
-	}
-	return ""
-}
-
 func badHeader(h Header) bool { return !servableHeader(h.Name) || !servableHeader(h.Value) }

@@ -251,7 +251,7 @@ func CheckHeaderValue(v string) error {
 func prepareHeaders(u *Config, field string) error {
 	credHeader := ""
 	if u.Credential != nil {
-		credHeader = http.CanonicalHeaderKey(orDefault(u.Credential.Header, "Authorization"))
+		credHeader = u.CredentialHeader()
 	}
 	hs := make(http.Header, len(u.RequestHeaders))
 	for name, v := range u.RequestHeaders {
@@ -283,20 +283,9 @@ func prepareHeaders(u *Config, field string) error {
 	return nil
 }
 
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
 // Forwards reports whether callers' values of the canonical header name
 // are sent to u.
 func (u *Config) Forwards(name string) bool { return u.forward[name] }
-
-// RequestHeaders returns the headers sent on every request to u
-// (request_headers, canonicalized). Callers must not modify it.
-func (u *Config) StaticHeaders() http.Header { return u.requestHeaders }
 
 // CredentialHeader is the header a credential for u is sent in: its
 // credential's, else Authorization (a caller's or a tenant's credential
