@@ -187,6 +187,10 @@ type GetOptions struct {
 	// Progress, when set, receives progress events, from the calling
 	// goroutine only.
 	Progress func(Progress)
+	// Background marks a call that no one waits on (prefetch, warm-up):
+	// a fetch only such calls wait for takes an upstream's slots after
+	// every fetch an interactive call waits for.
+	Background bool
 }
 
 // Get returns t's document from L1, L2 or the upstream. A stale copy is
@@ -586,7 +590,8 @@ func (c *Coordinator) recheck(f *flight, l lease) *Result {
 func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
-	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header(), Scoped: t.scoped}
+	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header(), Scoped: t.scoped,
+		QuotaScope: t.sid, QuotaLabel: t.credKind, Tenant: t.tenant, Weight: t.weight}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}

@@ -51,6 +51,18 @@ func credentialFor(s Scope, up *Upstream, own secret.Value) credential {
 	return credential{}
 }
 
+// credentialKind says whose credential credentialFor picks, for a status
+// page: "caller", "tenant NAME" or "upstream".
+func credentialKind(s Scope, up *Upstream, own secret.Value) string {
+	switch {
+	case !own.IsZero():
+		return "caller"
+	case s.Credentials[up.Name] != nil:
+		return "tenant " + s.Tenant
+	}
+	return "upstream"
+}
+
 // forwarded keeps the headers of h that up forwards, normalised: values
 // trimmed and joined with ", ", and an Accept of "*/*" dropped (RFC 9110
 // 12.5.1: no Accept means any), so that clients that differ only in such

@@ -29,6 +29,11 @@ type Scope struct {
 	// its calls to that upstream send it instead of the upstream's. Each
 	// must have been loaded (upstream.Credential.Load).
 	Credentials map[string]*upstream.Credential
+	// Weight is the tenant's share of an upstream's slots while fetches
+	// of several tenants wait for them: a tenant of weight 2 gets twice
+	// the slots of one of weight 1, and a share nobody uses goes to whoever
+	// waits. 0: 1.
+	Weight int
 }
 
 // TenantNamePattern is the regular expression a non-empty Scope.Tenant

@@ -30,6 +30,9 @@ type Target struct {
 	scoped   bool        // a credential is sent: the copy is this scope's only
 	cred     credential  // sent upstream; zero: none
 	fwd      http.Header // forwarded headers, normalised; nil: none
+	sid      string      // credential scope id ("" none): whose quota the fetch spends
+	credKind string      // whose credential: "upstream", "tenant NAME", "caller"
+	weight   int         // Scope.Weight
 }
 
 // Private reports whether t's document is cached for its credential
@@ -77,7 +80,7 @@ func (c *Coordinator) ResolveRequest(s Scope, r Request) (Target, error) {
 	if !s.grants(up.Name) {
 		return Target{}, notGranted(s, up.Name)
 	}
-	t := Target{URL: u.String(), Key: r.Key, tenant: s.Tenant, upstream: up}
+	t := Target{URL: u.String(), Key: r.Key, tenant: s.Tenant, upstream: up, weight: s.Weight}
 	if t.Key == "" {
 		t.Key = t.URL
 	}
@@ -106,7 +109,10 @@ func (c *Coordinator) scopeTarget(t *Target, s Scope, r Request) error {
 	t.cred = credentialFor(s, up, r.Credential)
 	t.fwd = fwd
 	sid := c.scopeKey.scopeID(up, t.cred)
-	t.scoped = sid != ""
+	t.scoped, t.sid = sid != "", sid
+	if t.scoped {
+		t.credKind = credentialKind(s, up, r.Credential)
+	}
 	t.scope = joinScope(sid, c.scopeKey.variantID(fwd))
 	t.id = document.ID(s.Tenant, t.scope, up.Name, t.URL, t.Key)
 	return nil

@@ -38,6 +38,22 @@ type FetchRequest struct {
 	// credential. It is sent on each attempt and each redirect hop, all of
 	// which stay within the upstream's BaseURL.
 	Header http.Header
+	// QuotaScope names the credential Header carries, as a cache id does
+	// ("s/" and a keyed hash; "" without one), so that the quota an answer
+	// announces is paced for that credential alone; QuotaLabel says whose
+	// it is on a status page, without the credential ("upstream",
+	// "tenant NAME", "caller").
+	QuotaScope, QuotaLabel string
+	// Tenant is the tenant the fetch is made for (its first caller's), and
+	// Weight that tenant's share of the upstream's slots while fetches wait
+	// for them (0: 1).
+	Tenant string
+	Weight int
+	// Background, when set, reports whether no caller waits for the fetch
+	// at the time it is asked (a stale-while-revalidate refresh, or calls
+	// marked background): such a fetch takes slots after every fetch a
+	// caller waits for.
+	Background func() bool
 }
 
 // Response is an upstream's answer with its body read in full.
