@@ -29,6 +29,10 @@ type burstSpec struct {
 	// atJoined, if set, runs once every caller waits and before the
 	// upstream answers.
 	atJoined func()
+	// atOnce: the callers are released together, and the upstream answers
+	// after its latency without waiting for them to join (the floor at
+	// once): burstResult.first is then the time to the first answer.
+	atOnce bool
 }
 
 // burstResult is what one cold burst measured.
@@ -41,6 +45,11 @@ type burstResult struct {
 	firstErr   error
 	redis      int64            // Redis commands during the burst (coorddK > 0)
 	redisBy    map[string]int64 // by command
+	// first (atOnce): from the callers' release to the first caller's
+	// last byte.
+	first time.Duration
+	// trips (coorddK > 0): each instance's round trips to Redis.
+	trips []instanceTrips
 }
 
 // callResult is one caller's view of its GetOrFetch.
@@ -56,6 +65,9 @@ type callResult struct {
 func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 	path := e.newKey("cold")
 	g := newGate(e.cfg.latency)
+	if s.atOnce {
+		close(g.release)
+	}
 	e.cat.put(path, &entry{body: e.cat.body(s.size), gate: g})
 	defer e.cat.drop(path)
 	u := e.up.url + path
@@ -63,6 +75,9 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 	if s.coorddK > 0 {
 		if err := e.resetRedisStats(ctx); err != nil {
 			return burstResult{}, err
+		}
+		for _, in := range e.coordd[:s.coorddK] {
+			in.rt.Take()
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*joinTimeout)
@@ -75,25 +90,38 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 		}
 	}
 	results := make([]callResult, s.callers)
-	var wg sync.WaitGroup
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{})
 	for i := range s.callers {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
+			ready.Done()
+			if s.atOnce {
+				<-start
+			}
 			results[i] = call(ctx, s.stubs[i%len(s.stubs)], u, s.size, join)
 		}()
 	}
-	t := time.NewTimer(joinTimeout)
-	select {
-	case <-allJoined:
-	case <-t.C:
-	case <-ctx.Done():
+	var released time.Time
+	if s.atOnce {
+		ready.Wait()
+		released = time.Now()
+		close(start)
+	} else {
+		t := time.NewTimer(joinTimeout)
+		select {
+		case <-allJoined:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if s.atJoined != nil {
+			s.atJoined()
+		}
+		close(g.release)
 	}
-	t.Stop()
-	if s.atJoined != nil {
-		s.atJoined()
-	}
-	close(g.release)
 	wg.Wait()
 
 	r := burstResult{callers: s.callers, k: len(s.stubs), upstream: g.requests.Load()}
@@ -104,6 +132,7 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 			return r, err
 		}
 		r.redis, r.redisBy = n, by
+		r.trips = e.roundTrips(ctx, s.coorddK, g.arrivedAt())
 	}
 	leave := g.leftAt()
 	first := make([]time.Time, len(s.stubs))
@@ -126,6 +155,9 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 	}
 	first = slices.DeleteFunc(first, time.Time.IsZero)
 	slices.SortFunc(first, time.Time.Compare)
+	if s.atOnce && len(first) > 0 {
+		r.first = first[0].Sub(released)
+	}
 	for _, f := range first[min(1, len(first)):] {
 		r.wake = append(r.wake, f.Sub(first[0]))
 	}

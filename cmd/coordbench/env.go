@@ -20,6 +20,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/storetest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -54,6 +55,7 @@ type env struct {
 type instance struct {
 	c    *coordinator.Coordinator
 	m    *coordtest.Recorder // c's events: its running flights
+	rt   *storetest.RoundTrips // rdb's round trips to Redis
 	g    *server.GRPC
 	rdb  *redis.Client
 	addr string
@@ -111,7 +113,8 @@ func startCoordd(h redistest.TB, redisURL string, up coordinator.Upstream) *inst
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 
-	in := &instance{rdb: rdb, m: coordtest.NewRecorder(nil)}
+	in := &instance{rdb: rdb, m: coordtest.NewRecorder(nil), rt: &storetest.RoundTrips{}}
+	rdb.AddHook(in.rt.Hook())
 	var mu sync.Mutex // protects in.g until it is set
 	cfg := coordinator.Config{
 		Upstreams: []coordinator.Upstream{up},
@@ -292,6 +295,19 @@ type gate struct {
 
 	once  sync.Once
 	leave time.Time // set once, by the first answer to leave
+
+	arriveOnce sync.Once
+	arrive     time.Time // set once, by the first request to arrive
+}
+
+// arrived records that a request arrives now; only the first counts.
+func (g *gate) arrived() { g.arriveOnce.Do(func() { g.arrive = time.Now() }) }
+
+// arrivedAt returns when the first request arrived; call it after every
+// answer has been received.
+func (g *gate) arrivedAt() time.Time {
+	g.arriveOnce.Do(func() {}) // orders the read after arrived's write
+	return g.arrive
 }
 
 func newGate(latency time.Duration) *gate {
@@ -330,6 +346,7 @@ func startUpstream(h redistest.TB, cat *catalog) *upstream {
 			return
 		}
 		if g := e.gate; g != nil {
+			g.arrived()
 			g.requests.Add(1)
 			select {
 			case <-g.release:

@@ -4,6 +4,7 @@
 //
 //	coordbench [--quick] [--report FILE] [--latency D] [--small N] [--large N]
 //	coordbench --swarm [--quick]
+//	coordbench --cold [--quick]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/redistest), a local
@@ -21,6 +22,10 @@
 // go-sdk MCP clients against three fleets of MCP servers, in front of a
 // local MDN behind an edge limiter; the full run runs it first and puts
 // its table and plot in the report.
+//
+// --cold runs only the cold path's figures (cold.go): the round trips each
+// instance makes to Redis per step for one cold key, and the leader's
+// first answer against the floor's; the full run includes them.
 //
 // With --report it also writes the report (machine facts, the command, the
 // table) to FILE and the plots as PNG files beside it. --quick measures
@@ -60,6 +65,7 @@ func main() {
 type config struct {
 	quick   bool
 	swarm   bool          // only the agent-swarm benchmark
+	cold    bool          // only the cold path's figures
 	report  string        // report file; empty: none
 	latency time.Duration // the upstream's answer time
 	small   int           // small body, bytes
@@ -71,6 +77,7 @@ type config struct {
 	pollRounds    int           // cold keys per grid cell, polling baseline
 	lagCallers    int           // callers per follower-lag round
 	lagRounds     int           // rounds per follower-lag cell
+	coldRounds    int           // at-once bursts per cold-path cell, of coordd and of the floor each
 	tputCallers   []int         // concurrent callers of the warm-hit curve
 	tputDuration  time.Duration // per point of the warm-hit curve
 	docs          int           // documents put in L1 for the memory figure
@@ -88,6 +95,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	var swarm bool
 	fs.BoolVar(&swarm, "swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN (with --quick: a smaller swarm)")
 	fs.BoolVar(&swarm, "agents", false, "the same as --swarm")
+	cold := fs.Bool("cold", false, "run only the cold path's figures: Redis round trips per step, and the leader's first answer against the floor's")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -99,6 +107,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	switch {
+	case *cold && (swarm || *report != ""):
+		return config{}, errors.New("--cold prints the cold path's table only; the full run includes it")
 	case swarm && *report != "":
 		return config{}, errors.New("--swarm prints the swarm's table only; the full run with --report includes it")
 	case *small <= 0 || *large <= 0:
@@ -107,13 +117,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--latency must not be negative")
 	}
 	c := config{
-		quick: *quick, swarm: swarm, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, cold: *cold, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
 		pollRounds:   2,
 		lagCallers:   100,
 		lagRounds:    10,
+		coldRounds:   20,
 		tputCallers:  []int{1, 10, 100, 1000},
 		tputDuration: 2 * time.Second,
 		docs:         1_000_000,
@@ -122,7 +133,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		commandLine:  "go run ./cmd/coordbench " + strings.Join(args, " "),
 	}
 	if c.quick {
-		c.gridRounds, c.pollRounds, c.lagRounds = 2, 1, 3
+		c.gridRounds, c.pollRounds, c.lagRounds, c.coldRounds = 2, 1, 3, 8
 		c.tputDuration = 300 * time.Millisecond
 		c.docs, c.streams = 100_000, 1_000
 		c.quickNote = "--quick: 100,000 documents in L1 instead of 1,000,000; 1,000 concurrent streams instead of 10,000; fewer rounds"
@@ -149,6 +160,16 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprint(stdout, renderSwarm(sw))
+		return nil
+	}
+	if cfg.cold {
+		e := newEnv(h, cfg)
+		progress("cold path: round trips per step, first answer")
+		cells, err := e.measureCold(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "# coordbench --cold: the cold path's own cost\n%s", renderCold(cells, cfg))
 		return nil
 	}
 	// The swarm first, before the grid's environment fills the heap.

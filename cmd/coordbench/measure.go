@@ -20,6 +20,7 @@ type results struct {
 	facts   facts
 	grid    []gridCell
 	lag     []lagCell
+	cold    []coldCell
 	tput    []tputPoint
 	streams streamsResult
 	mem     memResult
@@ -106,6 +107,13 @@ func measure(ctx context.Context, e *env, progress func(string, ...any)) (*resul
 			res.lag = append(res.lag, c)
 		}
 	}
+
+	progress("cold path: round trips per step, first answer")
+	cold, err := e.measureCold(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.cold = cold
 
 	progress("warm-hit throughput")
 	tp, err := e.throughputCurve(ctx)

@@ -76,6 +76,8 @@ func renderTable(res *results) string {
 			triple(c.coordd.wake), triple(c.poll.wake), ratios(c.coordd.wake, c.poll.wake), triple(c.floor.wake), ratios(c.coordd.wake, c.floor.wake))
 	}
 
+	w("%s", renderCold(res.cold, cfg))
+
 	w("\n## Warm-hit throughput, one instance, documents/s through the Go client (goal: coordd ≥ 70%% of the floor)\n\n")
 	w("| body | callers | coordd | %s | coordd ÷ floor | %s | coordd ÷ polling | errors |\n", nameFloor, namePolling)
 	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/coordd/coordd/internal/storetest"
+)
+
+// The cold path's own cost: the round trips each instance makes to Redis
+// for one cold key, counted at its client (a go-redis hook: a pipeline or
+// a script is one round trip, however many commands it runs inside
+// Redis), and the leader's first answer against the floor's.
+
+// instanceTrips is one instance's round trips during one cold burst.
+type instanceTrips struct {
+	leader bool     // it fetched (its trips include the guard's admission)
+	before []string // leader: sent before the upstream request arrived
+	after  []string // leader: sent after it; follower: every trip
+}
+
+// roundTrips returns the round trips of the first k instances since the
+// burst began, split at arrived (the leader's upstream request). It waits
+// (at most 2s) for the leader's landing and its guard's record, which run
+// after its callers were answered.
+func (e *env) roundTrips(ctx context.Context, k int, arrived time.Time) []instanceTrips {
+	ins := e.coordd[:k]
+	has := func(ts []storetest.Trip, steps ...string) bool {
+		for _, s := range steps {
+			if storetest.Count(ts, s) > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		done := false
+		for _, in := range ins {
+			ts := in.rt.Seen()
+			if has(ts, "admit") {
+				done = has(ts, "land", "handoff") && has(ts, "record")
+			}
+		}
+		if done {
+			break
+		}
+		time.Sleep(time.Millisecond) // the store offers no notification for this
+	}
+	out := make([]instanceTrips, len(ins))
+	for i, in := range ins {
+		ts := in.rt.Take()
+		it := &out[i]
+		it.leader = has(ts, "admit")
+		for _, t := range ts {
+			if t.Step == "extend" {
+				continue // a lease's renewal, by time, not by step
+			}
+			if it.leader && !arrived.IsZero() && t.At.Before(arrived) {
+				it.before = append(it.before, t.Step)
+			} else {
+				it.after = append(it.after, t.Step)
+			}
+		}
+	}
+	return out
+}
+
+// coldCell is the at-once cold bursts of one (size, instances) pair,
+// coordd and the floor interleaved.
+type coldCell struct {
+	size, k       int
+	coordd, floor []burstResult
+}
+
+// measureCold runs cfg.coldRounds at-once bursts of cfg.lagCallers
+// callers for each body size at 1 and 3 instances, coordd and the floor
+// in turn.
+func (e *env) measureCold(ctx context.Context) ([]coldCell, error) {
+	var out []coldCell
+	for _, size := range []int{e.cfg.small, e.cfg.large} {
+		for _, k := range []int{1, 3} {
+			c := coldCell{size: size, k: k}
+			for range e.cfg.coldRounds {
+				r, err := e.burst(ctx, burstSpec{stubs: e.coorddT.stubs[:k], callers: e.cfg.lagCallers, size: size, coorddK: k, atOnce: true})
+				if err != nil {
+					return nil, err
+				}
+				c.coordd = append(c.coordd, r)
+				if r, err = e.burst(ctx, burstSpec{stubs: e.floorT.stubs[:k], callers: e.cfg.lagCallers, size: size, atOnce: true}); err != nil {
+					return nil, err
+				}
+				c.floor = append(c.floor, r)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, ctx.Err()
+}
+
+// tripFigures sums the round trips of rs: per burst, the leader's before
+// and after its upstream request, and each follower's, with their steps.
+type tripFigures struct {
+	bursts, followers               int
+	before, after, follower         int // totals
+	maxBefore, maxAfter, maxFollows int
+	beforeBy, afterBy, followerBy   map[string]int
+}
+
+func countTrips(rs []burstResult) tripFigures {
+	f := tripFigures{beforeBy: map[string]int{}, afterBy: map[string]int{}, followerBy: map[string]int{}}
+	for _, r := range rs {
+		f.bursts++
+		for _, it := range r.trips {
+			if it.leader {
+				f.before += len(it.before)
+				f.after += len(it.after)
+				f.maxBefore = max(f.maxBefore, len(it.before))
+				f.maxAfter = max(f.maxAfter, len(it.after))
+				for _, s := range it.before {
+					f.beforeBy[s]++
+				}
+				for _, s := range it.after {
+					f.afterBy[s]++
+				}
+				continue
+			}
+			f.followers++
+			f.follower += len(it.after)
+			f.maxFollows = max(f.maxFollows, len(it.after))
+			for _, s := range it.after {
+				f.followerBy[s]++
+			}
+		}
+	}
+	return f
+}
+
+// steps prints by's steps with their mean count per n.
+func steps(by map[string]int, n int) string {
+	if n == 0 || len(by) == 0 {
+		return "—"
+	}
+	names := make([]string, 0, len(by))
+	for s := range by {
+		names = append(names, s)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if by[names[i]] != by[names[j]] {
+			return by[names[i]] > by[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, s := range names {
+		parts[i] = fmt.Sprintf("%s ×%s", s, strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", float64(by[s])/float64(n)), "0"), "."))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mean(total, n int) string {
+	if n == 0 {
+		return "—"
+	}
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", float64(total)/float64(n)), "0"), ".")
+}
+
+// firsts returns the first answers of rs, less lessBy each.
+func firsts(rs []burstResult, lessBy time.Duration) []time.Duration {
+	var ds []time.Duration
+	for _, r := range rs {
+		if r.errors == 0 && r.first > 0 {
+			ds = append(ds, r.first-lessBy)
+		}
+	}
+	return ds
+}
+
+// renderCold prints the cold path's section of the table.
+func renderCold(cells []coldCell, cfg config) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("\n## Cold path: Redis round trips per step (goal: leader ≤ 3 before the upstream request and ≤ 2 after, follower ≤ 3)\n\n")
+	w("Counted at each instance's go-redis client by a hook (cmd/coordbench → internal/storetest.RoundTrips): a pipeline, or a script however many commands it runs inside Redis, is one round trip; PING and a lease's watchdog renewals are left out. %d callers released at once per burst, over K instances; per burst (leader) or per following instance, mean (max). Steps: a store script by its name, another command by its own.\n\n", cfg.lagCallers)
+	w("| body | K | leader before upstream | steps | leader after | steps | follower (all) | steps | errors |\n")
+	w("|---|---:|---:|---|---:|---|---:|---|---:|\n")
+	for _, c := range cells {
+		f := countTrips(c.coordd)
+		errs := 0
+		for _, r := range c.coordd {
+			errs += r.errors
+		}
+		fol, folSteps := "—", "— (one instance)"
+		if c.k > 1 {
+			fol, folSteps = fmt.Sprintf("%s (%d)", mean(f.follower, f.followers), f.maxFollows), steps(f.followerBy, f.followers)
+		}
+		w("| %s | %d | %s (%d) | %s | %s (%d) | %s | %s | %s | %d |\n", sizeName(c.size), c.k,
+			mean(f.before, f.bursts), f.maxBefore, steps(f.beforeBy, f.bursts),
+			mean(f.after, f.bursts), f.maxAfter, steps(f.afterBy, f.bursts), fol, folSteps, errs)
+	}
+	w("\n## Cold path: the leader's first answer (goal: within 3 ms of the floor), ms p50 / p99 / max\n\n")
+	w("%d callers released at once over K instances; from the release to the first caller's last byte. coordd's less the upstream's latency (%v); the floor answers from memory at once. %d bursts of each, interleaved.\n\n", cfg.lagCallers, cfg.latency, cfg.coldRounds)
+	w("| body | K | coordd − latency | %s | difference, p50 |\n", nameFloor)
+	w("|---|---:|---:|---:|---:|\n")
+	for _, c := range cells {
+		co, fl := firsts(c.coordd, cfg.latency), firsts(c.floor, 0)
+		c50, _, _ := percentiles(co)
+		f50, _, _ := percentiles(fl)
+		w("| %s | %d | %s | %s | %s |\n", sizeName(c.size), c.k, triple(co), triple(fl), msNum(c50-f50))
+	}
+	return b.String()
+}
