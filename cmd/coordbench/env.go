@@ -54,7 +54,7 @@ type env struct {
 // them.
 type instance struct {
 	c    *coordinator.Coordinator
-	m    *coordtest.Recorder // c's events: its running flights
+	m    *coordtest.Recorder   // c's events: its running flights
 	rt   *storetest.RoundTrips // rdb's round trips to Redis
 	g    *server.GRPC
 	rdb  *redis.Client
