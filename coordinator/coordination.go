@@ -15,14 +15,12 @@ import (
 // every flight leads) and shared (Redis: see shared.go, where falling back
 // to in-process coordination while Redis does not answer lives).
 type coordination interface {
-	// read returns id's copy in L2 with its encoding (nil: none, or not
-	// shared), and id's generation, which fences a landing against
-	// Invalidate (store.UnknownGen: unknown).
-	read(ctx context.Context, id string) (d *document.Document, enc []byte, gen string)
-	// claim asks for id's fill lock for ttl, watching id's pushes first
-	// so that none is lost: the flight then either leads under a lease,
-	// or follows the instance that holds the lock.
-	claim(ctx context.Context, id string, ttl time.Duration) claim
+	// claim asks for id's fill lock for ttl and reads id's copy in L2
+	// and its generation in the same round trip, watching id's pushes
+	// first so that none is lost: the flight then either leads under a
+	// lease, or follows the instance that holds the lock. With peek, a
+	// copy in L2 answers (claim.found) without the lock being asked for.
+	claim(ctx context.Context, id string, ttl time.Duration, peek bool) claim
 	// holder looks at who holds id's fill lock now, and for how long yet.
 	holder(ctx context.Context, id string) (store.Holder, error)
 	// landed returns the document a done push announces; cached: it
@@ -42,9 +40,19 @@ type coordination interface {
 	wait()
 }
 
-// claim is the outcome of coordination.claim: a lease to lead under, or
-// a holder to follow.
+// claim is the outcome of coordination.claim: a lease to lead under, a
+// holder to follow, or (peek) a copy found in L2; each with what L2 held
+// as the lock was looked at.
 type claim struct {
+	// found: peek found a copy in L2 and the lock was not asked for.
+	found bool
+	// doc is id's copy in L2 (nil: none, or not shared) and enc its
+	// encoding; gen is id's generation, which fences a landing against
+	// Invalidate (store.UnknownGen: unknown).
+	doc *document.Document
+	enc []byte
+	gen string
+
 	// lease, when not nil: the flight fetches under it.
 	lease lease
 	// degraded: Redis did not answer, and lease coordinates this instance
@@ -62,8 +70,8 @@ type claim struct {
 // the document or handing off. All methods are called from the flight's
 // goroutine.
 type lease interface {
-	// shared: the lease is (or may be) a fill lock in Redis, under which
-	// the flight reads L2 once more before fetching.
+	// shared: the lease is (or may be) a fill lock in Redis, whose claim
+	// read L2 as it was taken.
 	shared() bool
 	// setTrace makes the lease's pushes carry the fetch's traceparent.
 	setTrace(traceparent string)
@@ -86,12 +94,8 @@ type lease interface {
 // this instance are still one per key (join).
 type inProcess struct{}
 
-func (inProcess) read(context.Context, string) (*document.Document, []byte, string) {
-	return nil, nil, store.UnknownGen
-}
-
-func (inProcess) claim(context.Context, string, time.Duration) claim {
-	return claim{lease: localLease{}}
+func (inProcess) claim(context.Context, string, time.Duration, bool) claim {
+	return claim{lease: localLease{}, gen: store.UnknownGen}
 }
 
 func (inProcess) holder(context.Context, string) (store.Holder, error) {

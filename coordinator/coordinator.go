@@ -381,38 +381,47 @@ func (c *Coordinator) setL1(f *flight, d *document.Document, enc []byte) {
 	f.whileValid(func() { c.l1.Set(d, enc) })
 }
 
-// fill finds or fetches f's document: L2 first, then the fill lock. The
-// holder fetches; the others wait for its push. land, when not nil, lands
-// the document for the other instances once run has answered this
-// instance's callers.
+// fill finds or fetches f's document: L2 first, then the fill lock, in
+// one round trip when L2 has no copy (claim with peek). The holder
+// fetches; the others wait for its push. land, when not nil, lands the
+// document for the other instances once run has answered this instance's
+// callers.
 func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 	t := f.t
 	if f.seed != nil {
 		// Usually stale; fresh when a caller's max_age refused it.
 		f.fallback = &Result{Doc: f.seed, Source: SourceL1, Stale: !f.seed.Fresh(c.cfg.Now())}
 	}
-	d, enc, gen := c.co.read(c.ctx, t.id)
-	f.gen = gen
-	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
-		c.setL1(f, d, enc)
-		return &Result{Doc: d, Source: SourceL2}, nil, nil
-	}
-	c.keepAsFallback(f, d, enc)
-	if f.fallback != nil {
-		f.offerStale(f.fallback)
-	}
+	first := true
 	for {
 		if c.ctx.Err() != nil {
 			return f.fallback, nil, ErrClosed
 		}
 		lt := f.tr.lock(c.ctx, c.co)
-		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL)
+		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL, first)
 		lt.end(cl)
+		if first {
+			// The generation as the flight first looked: it fences the
+			// landing against an Invalidate from now on.
+			first, f.gen = false, cl.gen
+			d, enc := cl.doc, cl.enc
+			if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
+				c.setL1(f, d, enc)
+				return &Result{Doc: d, Source: SourceL2}, nil, nil
+			}
+			c.keepAsFallback(f, d, enc)
+			if f.fallback != nil {
+				f.offerStale(f.fallback)
+			}
+			if cl.found {
+				continue // not a copy for this flight: ask for the lock
+			}
+		}
 		if cl.degraded {
 			f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 		}
 		if cl.lease != nil {
-			return c.lead(f, cl.lease)
+			return c.lead(f, cl)
 		}
 		next, res, err := c.follow(f, cl)
 		cl.unwatch()
@@ -439,10 +448,11 @@ func (c *Coordinator) keepAsFallback(f *flight, d *document.Document, enc []byte
 	f.offerStale(f.fallback)
 }
 
-// follow waits, subscribed, for the instance holding t's lock, h. It
-// re-checks L2 after subscribing, so that a push that landed before the
-// subscription is not lost. It returns answered, or relock when the
-// holder is gone or what it landed is not this flight's answer.
+// follow waits, subscribed, for the instance holding t's lock, h. The
+// claim read L2 as it found the lock held, after subscribing, so that a
+// push that landed before the subscription is not lost. It returns
+// answered, or relock when the holder is gone or what it landed is not
+// this flight's answer.
 func (c *Coordinator) follow(f *flight, cl claim) (step, *Result, error) {
 	t, h := f.t, cl.holder
 	holder := h.Token
@@ -450,7 +460,7 @@ func (c *Coordinator) follow(f *flight, cl claim) (step, *Result, error) {
 		return relock, nil, nil // the lock expired between our two looks
 	}
 	c.m.Follower("remote")
-	d, enc, _ := c.co.read(c.ctx, t.id)
+	d, enc := cl.doc, cl.enc
 	if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		return answered, &Result{Doc: d, Source: SourceL2}, nil
@@ -546,18 +556,19 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 	return left + rand.N(c.cfg.LockTTL/8+1)
 }
 
-// lead fetches f's document from the upstream under lease l, wakes f's
-// callers, then stores it in L2 and wakes the followers of other
+// lead fetches f's document from the upstream under cl's lease, wakes
+// f's callers, then stores it in L2 and wakes the followers of other
 // instances (land, when run does that after answering f's callers). On
 // failure it answers f's fallback with the error, for stale-if-error.
-func (c *Coordinator) lead(f *flight, l lease) (res *Result, land func(), err error) {
+func (c *Coordinator) lead(f *flight, cl claim) (res *Result, land func(), err error) {
+	l := cl.lease
 	defer func() {
 		if land == nil {
 			l.stop() // every path below hands the lease off; this covers a panic
 		}
 	}()
 	if l.shared() {
-		if res := c.recheck(f, l); res != nil {
+		if res := c.recheck(f, l, cl.doc, cl.enc); res != nil {
 			return res, nil, nil
 		}
 	}
@@ -570,11 +581,11 @@ func (c *Coordinator) lead(f *flight, l lease) (res *Result, land func(), err er
 	return res, land, nil
 }
 
-// recheck looks at L2 once more under lease l: the previous holder may
-// have filled it between fill's read and our lock. A fresh copy answers f
-// and is handed off to the followers; any other becomes f's fallback.
-func (c *Coordinator) recheck(f *flight, l lease) *Result {
-	d, enc, _ := c.co.read(c.ctx, f.t.id)
+// recheck looks at d, L2's copy as lease l was taken: the previous
+// holder may have filled it since the flight last looked. A fresh copy
+// answers f and is handed off to the followers; any other becomes f's
+// fallback.
+func (c *Coordinator) recheck(f *flight, l lease, d *document.Document, enc []byte) *Result {
 	if f.t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) {
 		c.setL1(f, d, enc)
 		l.handOff(store.Event{Type: store.EventDone}) // names id's document in L2

@@ -16,26 +16,27 @@ import (
 // follower is owed is lost when Redis comes back.
 type shared struct{ r *store.Redis }
 
-func (s shared) read(ctx context.Context, id string) (*document.Document, []byte, string) {
-	return s.r.GetDoc(ctx, id)
-}
-
-func (s shared) claim(ctx context.Context, id string, ttl time.Duration) claim {
+func (s shared) claim(ctx context.Context, id string, ttl time.Duration, peek bool) claim {
 	w := s.r.Register(id)
-	l, h, err := s.r.TryLock(ctx, id, ttl)
+	c := s.r.Claim(ctx, id, ttl, peek)
+	cl := claim{found: c.Found, doc: c.Doc, enc: c.Enc, gen: c.Gen}
 	switch {
-	case err != nil:
+	case c.Err != nil:
 		// Fail open: this flight is the only fetch in this instance. When
-		// Redis did not answer, l is the lease we may hold (nil when Redis
-		// was marked down and not asked): its token still lands and wakes
-		// whoever waits on it.
+		// Redis did not answer, c.Lease is the lease we may hold (nil when
+		// Redis was marked down and not asked): its token still lands and
+		// wakes whoever waits on it.
 		s.r.Unregister(w)
-		return claim{lease: remoteLease{r: s.r, l: l}, degraded: true, err: err}
-	case l != nil:
+		cl.lease, cl.degraded, cl.err = remoteLease{r: s.r, l: c.Lease}, true, c.Err
+	case c.Found:
 		s.r.Unregister(w)
-		return claim{lease: remoteLease{r: s.r, l: l}}
+	case c.Lease != nil:
+		s.r.Unregister(w)
+		cl.lease = remoteLease{r: s.r, l: c.Lease}
+	default:
+		cl.holder, cl.pushes, cl.unwatch = c.Holder, w.Events(), func() { s.r.Unregister(w) }
 	}
-	return claim{holder: h, pushes: w.Events(), unwatch: func() { s.r.Unregister(w) }}
+	return cl
 }
 
 func (s shared) holder(ctx context.Context, id string) (store.Holder, error) {

@@ -20,7 +20,7 @@ const TracerName = "github.com/coordd/coordd/coordinator"
 // the HTTP door's request span) is the parent of the flight it starts.
 const (
 	SpanFlight = "coordd.flight" // one fill of one key in this instance
-	SpanLock   = "coordd.lock"   // one attempt at the key's fill lock in Redis
+	SpanLock   = "coordd.lock"   // one attempt at the key's fill lock in Redis, which reads L2 too
 	SpanFetch  = "coordd.fetch"  // the fetch through the upstream's guard; child spans per attempt
 	SpanLand   = "coordd.land"   // storing in L2, releasing the lock and announcing done
 )
@@ -102,7 +102,8 @@ func (ft *flightTrace) lock(c context.Context, co coordination) lockTrace {
 }
 
 // end records the claim's outcome: acquired, contended (and so the
-// flight follows) or unavailable (Redis did not answer).
+// flight follows), unavailable (Redis did not answer), or found (the
+// flight's first look found a copy in L2 and did not ask for the lock).
 func (lt lockTrace) end(cl claim) {
 	if lt.span == nil {
 		return
@@ -112,6 +113,8 @@ func (lt lockTrace) end(cl claim) {
 	case cl.err != nil:
 		outcome = "unavailable"
 		lt.span.RecordError(cl.err)
+	case cl.found:
+		outcome = "found"
 	case cl.lease == nil:
 		outcome = "contended"
 		lt.ft.role = "follower"

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordd/coordd/internal/document"
 )
 
 // Every script below touches the keys of one cache id only, which share a
@@ -22,11 +24,22 @@ import (
 // extendScript is idempotent; the others change or publish something
 // each time they run, so they are replaySafe and run with runOnce.
 var (
-	// lockScript takes the fill lock, or names its holder and what is left
-	// of its lease: {1, token} or {0, holder's token, ms left}.
+	// lockScript takes the fill lock and reads id's copy in L2 and its
+	// generation in the same step, so that a flight knows in one round
+	// trip whether it leads, whom it follows, and what L2 holds as of
+	// that moment (a follower registered for pushes before asking misses
+	// no landing after it). With peek ("1"), a copy in L2 is returned
+	// without taking the lock: the caller decides whether it will do.
+	// KEYS: lock, doc, gen. ARGV: token, ttl ms, peek. It returns {1,
+	// token, 0, doc, gen} when taken, {0, holder's token, ms left, doc,
+	// gen} when held, {2, "", 0, doc, gen} when peek found a copy; doc is
+	// nil when absent, gen "" when never set.
 	lockScript = redis.NewScript(`
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1]} end
-return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
+local doc = redis.call("get", KEYS[2])
+local gen = redis.call("get", KEYS[3]) or ""
+if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
+if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1], 0, doc, gen} end
+return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1]), doc, gen}`)
 	// holderScript names the lock's holder and what is left of its lease,
 	// {token or "", ms left}, without taking it.
 	holderScript = redis.NewScript(`return {redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
@@ -139,34 +152,87 @@ type Holder struct {
 // uncertain lease when Redis did not answer (it may have taken the lock),
 // or nil when Redis is marked down and was not asked.
 func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *Lease, h Holder, err error) {
-	l = &Lease{r: r, id: id, token: newToken(), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
+	c := r.Claim(ctx, id, ttl, false)
+	return c.Lease, c.Holder, c.Err
+}
+
+// Claim is what Redis.Claim found, all in one round trip.
+type Claim struct {
+	// Lease, when not nil, is the fill lock taken; with Err, a lock that
+	// may have been taken (the reply was lost).
+	Lease *Lease
+	// Holder is the instance holding the lock when Lease is nil and
+	// Found false.
+	Holder Holder
+	// Found: peek found a copy in L2 (Doc, when it is id's) and did not
+	// ask for the lock.
+	Found bool
+	// Doc is id's copy in L2 as the lock was looked at (nil: absent,
+	// undecodable or not id's), and Enc its encoding.
+	Doc *document.Document
+	Enc []byte
+	// Gen is id's generation as the lock was looked at ("" for none;
+	// UnknownGen when Redis did not answer).
+	Gen string
+	// Err: Redis did not answer, or is marked down (then Lease is nil).
+	Err error
+}
+
+// Claim takes id's fill lock for ttl and reads id's copy in L2 and its
+// generation, in one script (the keys share id's slot, so it runs in
+// Redis Cluster too): a flight's first look at Redis, and each look at
+// the lock after. With peek, a copy in L2 is returned (Found) without
+// taking the lock; the caller asks again without peek if it will not do.
+// A follower registers for id's pushes before calling Claim: every
+// landing after the copy it returns wakes it. See TryLock for the lease.
+func (r *Redis) Claim(ctx context.Context, id string, ttl time.Duration, peek bool) (c Claim) {
+	c.Gen = UnknownGen
+	token := newToken()
 	var res []any
 	asked := false
-	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
+	peekArg := "0"
+	if peek {
+		peekArg = "1"
+	}
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		asked = true
-		res, err = lockScript.Run(ctx, r.rdb, []string{r.lockKey(id)}, l.token, ttl.Milliseconds()).Slice()
+		res, err = lockScript.Run(ctx, r.rdb, []string{r.lockKey(id), r.docKey(id), r.genKey(id)},
+			token, ttl.Milliseconds(), peekArg).Slice()
 		return err
 	})
-	switch {
-	case err != nil && !asked:
+	if err != nil && !asked {
 		r.m.Lock("unavailable")
-		return nil, Holder{}, err
-	case err == nil && (len(res) < 2 || (asInt(res[0]) == 0 && len(res) != 3)):
+		c.Err = err
+		return c
+	}
+	if err == nil && len(res) != 5 {
 		err = fmt.Errorf("%w: lock script answered %v", ErrUnavailable, res)
-	case err == nil && asInt(res[0]) == 0:
-		h = Holder{Left: time.Duration(asInt(res[2])) * time.Millisecond}
-		h.Token, _ = res[1].(string)
-		if h.Token == l.token {
+	}
+	if err == nil {
+		c.Gen, _ = res[4].(string)
+		s, _ := res[3].(string)
+		c.Doc, c.Enc = decodeDoc(s, id)
+		switch asInt(res[0]) {
+		case 2:
+			c.Found = true
+			return c
+		case 0:
+			h := Holder{Left: time.Duration(asInt(res[2])) * time.Millisecond}
+			h.Token, _ = res[1].(string)
+			if h.Token != token {
+				r.m.Lock("contended")
+				c.Holder = h
+				return c
+			}
 			// go-redis replayed the script after the connection dropped
 			// with the first run's reply (MaxRetries): the lock the replay
 			// found is the one that run took, this lease.
-			break
 		}
-		r.m.Lock("contended")
-		return nil, h, nil
 	}
+	l := &Lease{r: r, id: id, token: token, ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
 	if err != nil {
 		r.m.Lock("unavailable") // an uncertain lease
+		c.Err = err
 	} else {
 		r.m.Lock("acquired")
 	}
@@ -177,7 +243,8 @@ func (r *Redis) TryLock(ctx context.Context, id string, ttl time.Duration) (l *L
 		r.wg.Go(l.watchdog)
 	}
 	r.watchdogs.Unlock()
-	return l, Holder{}, err
+	c.Lease = l
+	return c
 }
 
 // HolderOf reads who holds id's fill lock, and for how long yet.

@@ -287,15 +287,22 @@ func (r *Redis) GetDoc(ctx context.Context, id string) (d *document.Document, en
 	}
 	gen, _ = vals[1].(string)
 	s, _ := vals[0].(string)
+	d, enc = decodeDoc(s, id)
+	return d, enc, gen
+}
+
+// decodeDoc decodes id's Document from s, a value read from L2; nil when
+// s is empty, undecodable or not id's.
+func decodeDoc(s, id string) (*document.Document, []byte) {
 	if s == "" {
-		return nil, nil, gen
+		return nil, nil
 	}
 	b := bytesOf(s)
-	d, err = document.Decode(b)
+	d, err := document.Decode(b)
 	if err != nil || d.ID() != id {
-		return nil, nil, gen
+		return nil, nil
 	}
-	return d, b, gen
+	return d, b
 }
 
 // bytesOf returns a copy of s's bytes: a Document's body aliases its
