@@ -46,8 +46,14 @@ type burstResult struct {
 	redis      int64            // Redis commands during the burst (coorddK > 0)
 	redisBy    map[string]int64 // by command
 	// first (atOnce): from the callers' release to the first caller's
+	// last byte; held, the time the upstream held the first request
+	// (its arrival to its answer leaving: the latency as the timer kept
+	// it, late on a busy machine).
+	first, held time.Duration
+	// pre and post (atOnce, coordd): from the release to the upstream
+	// request's arrival, and from its answer leaving to the first caller's
 	// last byte.
-	first time.Duration
+	pre, post time.Duration
 	// trips (coorddK > 0): each instance's round trips to Redis.
 	trips []instanceTrips
 }
@@ -157,6 +163,10 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 	slices.SortFunc(first, time.Time.Compare)
 	if s.atOnce && len(first) > 0 {
 		r.first = first[0].Sub(released)
+		if a := g.arrivedAt(); !a.IsZero() && !leave.IsZero() {
+			r.held = leave.Sub(a)
+			r.pre, r.post = a.Sub(released), first[0].Sub(leave)
+		}
 	}
 	for _, f := range first[min(1, len(first)):] {
 		r.wake = append(r.wake, f.Sub(first[0]))

@@ -72,30 +72,32 @@ func (e *env) roundTrips(ctx context.Context, k int, arrived time.Time) []instan
 // coldCell is the at-once cold bursts of one (size, instances) pair,
 // coordd and the floor interleaved.
 type coldCell struct {
-	size, k       int
-	coordd, floor []burstResult
+	size, k, callers int
+	coordd, floor    []burstResult
 }
 
-// measureCold runs cfg.coldRounds at-once bursts of cfg.lagCallers
-// callers for each body size at 1 and 3 instances, coordd and the floor
-// in turn.
+// measureCold runs cfg.coldRounds at-once bursts for each body size at 1
+// and 3 instances, of one caller per instance (the cold path alone) and
+// of cfg.lagCallers callers, coordd and the floor in turn.
 func (e *env) measureCold(ctx context.Context) ([]coldCell, error) {
 	var out []coldCell
 	for _, size := range []int{e.cfg.small, e.cfg.large} {
 		for _, k := range []int{1, 3} {
-			c := coldCell{size: size, k: k}
-			for range e.cfg.coldRounds {
-				r, err := e.burst(ctx, burstSpec{stubs: e.coorddT.stubs[:k], callers: e.cfg.lagCallers, size: size, coorddK: k, atOnce: true})
-				if err != nil {
-					return nil, err
+			for _, n := range []int{k, e.cfg.lagCallers} {
+				c := coldCell{size: size, k: k, callers: n}
+				for range e.cfg.coldRounds {
+					r, err := e.burst(ctx, burstSpec{stubs: e.coorddT.stubs[:k], callers: n, size: size, coorddK: k, atOnce: true})
+					if err != nil {
+						return nil, err
+					}
+					c.coordd = append(c.coordd, r)
+					if r, err = e.burst(ctx, burstSpec{stubs: e.floorT.stubs[:k], callers: n, size: size, atOnce: true}); err != nil {
+						return nil, err
+					}
+					c.floor = append(c.floor, r)
 				}
-				c.coordd = append(c.coordd, r)
-				if r, err = e.burst(ctx, burstSpec{stubs: e.floorT.stubs[:k], callers: e.cfg.lagCallers, size: size, atOnce: true}); err != nil {
-					return nil, err
-				}
-				c.floor = append(c.floor, r)
+				out = append(out, c)
 			}
-			out = append(out, c)
 		}
 	}
 	return out, ctx.Err()
@@ -168,12 +170,17 @@ func mean(total, n int) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", float64(total)/float64(n)), "0"), ".")
 }
 
-// firsts returns the first answers of rs, less lessBy each.
-func firsts(rs []burstResult, lessBy time.Duration) []time.Duration {
+// firsts returns the first answers of rs, less the time the upstream
+// held each (held: as measured, else nominal).
+func firsts(rs []burstResult, held bool, nominal time.Duration) []time.Duration {
 	var ds []time.Duration
 	for _, r := range rs {
 		if r.errors == 0 && r.first > 0 {
-			ds = append(ds, r.first-lessBy)
+			if held {
+				ds = append(ds, r.first-r.held)
+			} else {
+				ds = append(ds, r.first-nominal)
+			}
 		}
 	}
 	return ds
@@ -184,9 +191,9 @@ func renderCold(cells []coldCell, cfg config) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("\n## Cold path: Redis round trips per step (goal: leader ≤ 3 before the upstream request and ≤ 2 after, follower ≤ 3)\n\n")
-	w("Counted at each instance's go-redis client by a hook (cmd/coordbench → internal/storetest.RoundTrips): a pipeline, or a script however many commands it runs inside Redis, is one round trip; PING and a lease's watchdog renewals are left out. %d callers released at once per burst, over K instances; per burst (leader) or per following instance, mean (max). Steps: a store script by its name, another command by its own.\n\n", cfg.lagCallers)
-	w("| body | K | leader before upstream | steps | leader after | steps | follower (all) | steps | errors |\n")
-	w("|---|---:|---:|---|---:|---|---:|---|---:|\n")
+	w("Counted at each instance's go-redis client by a hook (cmd/coordbench → internal/storetest.RoundTrips): a pipeline, or a script however many commands it runs inside Redis, is one round trip; PING and a lease's watchdog renewals are left out. The callers of a burst are released at once, over K instances; per burst (leader) or per following instance, mean (max). Steps: a store script by its name, another command by its own.\n\n")
+	w("| body | K | callers | leader before upstream | steps | leader after | steps | follower (all) | steps | errors |\n")
+	w("|---|---:|---:|---:|---|---:|---|---:|---|---:|\n")
 	for _, c := range cells {
 		f := countTrips(c.coordd)
 		errs := 0
@@ -197,19 +204,25 @@ func renderCold(cells []coldCell, cfg config) string {
 		if c.k > 1 {
 			fol, folSteps = fmt.Sprintf("%s (%d)", mean(f.follower, f.followers), f.maxFollows), steps(f.followerBy, f.followers)
 		}
-		w("| %s | %d | %s (%d) | %s | %s (%d) | %s | %s | %s | %d |\n", sizeName(c.size), c.k,
+		w("| %s | %d | %d | %s (%d) | %s | %s (%d) | %s | %s | %s | %d |\n", sizeName(c.size), c.k, c.callers,
 			mean(f.before, f.bursts), f.maxBefore, steps(f.beforeBy, f.bursts),
 			mean(f.after, f.bursts), f.maxAfter, steps(f.afterBy, f.bursts), fol, folSteps, errs)
 	}
 	w("\n## Cold path: the leader's first answer (goal: within 3 ms of the floor), ms p50 / p99 / max\n\n")
-	w("%d callers released at once over K instances; from the release to the first caller's last byte. coordd's less the upstream's latency (%v); the floor answers from memory at once. %d bursts of each, interleaved.\n\n", cfg.lagCallers, cfg.latency, cfg.coldRounds)
-	w("| body | K | coordd − latency | %s | difference, p50 |\n", nameFloor)
-	w("|---|---:|---:|---:|---:|\n")
+	w("The callers (one per instance, or %d) released at once over K instances; from the release to the first caller's last byte, less the time the upstream held the request: as measured there (its arrival to its answer leaving; the nominal latency is %v, which a busy machine's timer overshoots), and, beside it, the nominal latency. The floor answers from memory at once. %d bursts of each, interleaved.\n\n", cfg.lagCallers, cfg.latency, cfg.coldRounds)
+	w("| body | K | callers | coordd − upstream held | coordd − %v | %s | difference, p50 | coordd: release → upstream request | coordd: answer leaving → first last byte |\n", cfg.latency, nameFloor)
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range cells {
-		co, fl := firsts(c.coordd, cfg.latency), firsts(c.floor, 0)
+		co, cn, fl := firsts(c.coordd, true, 0), firsts(c.coordd, false, cfg.latency), firsts(c.floor, false, 0)
+		var pre, post []time.Duration
+		for _, r := range c.coordd {
+			if r.errors == 0 && r.pre > 0 {
+				pre, post = append(pre, r.pre), append(post, r.post)
+			}
+		}
 		c50, _, _ := percentiles(co)
 		f50, _, _ := percentiles(fl)
-		w("| %s | %d | %s | %s | %s |\n", sizeName(c.size), c.k, triple(co), triple(fl), msNum(c50-f50))
+		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", sizeName(c.size), c.k, c.callers, triple(co), triple(cn), triple(fl), msNum(c50-f50), triple(pre), triple(post))
 	}
 	return b.String()
 }

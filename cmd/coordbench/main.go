@@ -43,6 +43,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,13 +65,15 @@ func main() {
 
 // config is what the flags choose.
 type config struct {
-	quick   bool
-	swarm   bool          // only the agent-swarm benchmark
-	cold    bool          // only the cold path's figures
-	report  string        // report file; empty: none
-	latency time.Duration // the upstream's answer time
-	small   int           // small body, bytes
-	large   int           // large body, bytes
+	quick     bool
+	swarm     bool          // only the agent-swarm benchmark
+	cold      bool          // only the cold path's figures
+	cpuProf   string        // CPU profile file; empty: none
+	blockProf string        // block profile file; empty: none
+	report    string        // report file; empty: none
+	latency   time.Duration // the upstream's answer time
+	small     int           // small body, bytes
+	large     int           // large body, bytes
 
 	maxK          int           // coordd instances started
 	gridCallers   []int         // callers per cold burst in the grid (besides one per instance)
@@ -96,6 +100,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&swarm, "swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN (with --quick: a smaller swarm)")
 	fs.BoolVar(&swarm, "agents", false, "the same as --swarm")
 	cold := fs.Bool("cold", false, "run only the cold path's figures: Redis round trips per step, and the leader's first answer against the floor's")
+	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
+	blockProf := fs.String("blockprofile", "", "write a block profile of the run to `FILE` (every blocking event sampled)")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -117,6 +123,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--latency must not be negative")
 	}
 	c := config{
+		cpuProf: *cpuProf, blockProf: *blockProf,
 		quick: *quick, swarm: swarm, cold: *cold, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
@@ -149,6 +156,26 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 	cfg, err := parseConfig(args, os.Stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if cfg.blockProf != "" {
+		runtime.SetBlockProfileRate(1)
+		defer func() {
+			if f, err := os.Create(cfg.blockProf); err == nil {
+				_ = pprof.Lookup("block").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
 	}
 	started := time.Now()
 	progress := func(format string, a ...any) {
