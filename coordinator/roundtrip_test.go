@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
@@ -27,20 +29,28 @@ const (
 
 // TestColdPathRoundTrips: one cold key, a leader on one instance and a
 // follower on another, for a document pushed inline and for one too large
-// to be (which the follower reads from L2).
+// to be (which the follower reads from L2); on a single Redis, and on a
+// Redis Cluster, where the landing's event is SPUBLISHed to its shard
+// channel after the landing script, a round trip more (see
+// store/shard.go: a script may only publish to its keys' slot).
 func TestColdPathRoundTrips(t *testing.T) {
+	rs := redistest.Start(t)
+	cl := redistest.StartCluster(t, 3)
 	for _, tt := range []struct {
-		name string
-		size int
+		name   string
+		size   int
+		client func(t *testing.T) redis.UniversalClient
+		after  int
 	}{
-		{"inline", 1 << 10},
-		{"from L2", 100 << 10},
+		{"inline", 1 << 10, func(t *testing.T) redis.UniversalClient { return rs.Client(t) }, leaderAfter},
+		{"from L2", 100 << 10, func(t *testing.T) redis.UniversalClient { return rs.Client(t) }, leaderAfter},
+		{"cluster inline", 1 << 10, func(t *testing.T) redis.UniversalClient { return cl.Client(t) }, leaderAfter + 1},
+		{"cluster from L2", 100 << 10, func(t *testing.T) redis.UniversalClient { return cl.Client(t) }, leaderAfter + 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			rs := redistest.Start(t)
 			up := fakeupstream.New(t)
 			var ra, rb storetest.RoundTrips
-			rdbA, rdbB := rs.Client(t), rs.Client(t)
+			rdbA, rdbB := tt.client(t), tt.client(t)
 			rdbA.AddHook(ra.Hook())
 			rdbB.AddHook(rb.Hook())
 			a, b := newCoordinator(t, up, rdbA), newCoordinator(t, up, rdbB)
@@ -87,9 +97,9 @@ func TestColdPathRoundTrips(t *testing.T) {
 			before = onPath(before)
 			t.Logf("leader before the upstream: %v; after: %v; follower: %v",
 				storetest.Steps(before), storetest.Steps(after), storetest.Steps(follower))
-			if len(before) > leaderBefore || len(after) > leaderAfter || len(follower) > followerAll {
+			if len(before) > leaderBefore || len(after) > tt.after || len(follower) > followerAll {
 				t.Errorf("round trips: leader %d before the upstream, %d after, follower %d; want at most %d, %d, %d",
-					len(before), len(after), len(follower), leaderBefore, leaderAfter, followerAll)
+					len(before), len(after), len(follower), leaderBefore, tt.after, followerAll)
 			}
 			if got := up.Count(path); got != 1 {
 				t.Errorf("upstream requests = %d; want 1", got)
