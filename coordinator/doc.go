@@ -19,15 +19,17 @@
 //     returns, then lands the document for the other instances when fill
 //     left that for after; a panic becomes an error for every caller,
 //     logged with its stack (coordinator.go).
-//  5. fill reads L2 and the key's generation in one round trip
-//     (coordination.read); a fresh copy there answers the flight.
-//  6. fill claims the key's fill lock, watching its pushes first
-//     (coordination.claim): a lease to lead under, or a holder to follow.
-//  7. Holding a lease, lead checks L2 once more (recheck), then fetches
+//  5. fill claims the key's fill lock, watching its pushes first, and
+//     reads L2 and the key's generation in the same round trip
+//     (coordination.claim); the first claim peeks: a copy in L2 comes
+//     back without the lock, and a fresh one answers the flight.
+//  6. Otherwise the claim is a lease to lead under, or a holder to
+//     follow, with L2 as it was when the lock was looked at.
+//  7. Holding a lease, lead looks at that copy (recheck), then fetches
 //     through the upstream's guard: breaker, rate limit, Retry-After,
 //     retries, redirects (fetch; package upstream).
-//  8. Another instance holding it, follow re-checks L2 and waits for that
-//     instance's push, or for its lease to lapse, to take over.
+//  8. Another instance holding it, follow looks at that copy and waits
+//     for that instance's push, or for its lease to lapse, to take over.
 //  9. document turns the answer into a Document with its lifetime from
 //     Cache-Control (package document).
 //  10. deliver stores it in L1; run answers this instance's callers; a
