@@ -14,6 +14,16 @@ type Admit struct {
 	Probes   int           // half-open probe slots
 	Lease    time.Duration // of a half-open probe slot
 	TTL      time.Duration // of the guard's hash
+	// Quota, when set, has the attempt spend a learned quota: its
+	// credential Scope's ("" none), in the partition its Route (the url's
+	// first path segment) was last answered under, else Partition. Its
+	// pacing floors the slot, and the slot books one request of it. Burst
+	// is the slots of headroom the pacing allows; Background keeps the
+	// window's reserve for fetches callers wait on.
+	Quota                   bool
+	Scope, Partition, Route string
+	Burst                   int
+	Background              bool
 }
 
 // Admission is the shared guard's answer to an Admit.
@@ -24,6 +34,8 @@ type Admission struct {
 	Changed string        // "half" when the breaker turned half-open; else ""
 	Probe   int           // half-open probe slot held, 1-based; 0: none
 	Backoff time.Duration // how much of Wait is the upstream's backoff
+	Paced   time.Duration // how much of Wait the learned quota's pacing asks
+	Unknown bool          // the attempt named a quota that no answer has announced yet
 }
 
 // Record tells the shared guard an attempt's outcome (store's
@@ -41,6 +53,34 @@ type Record struct {
 	CloseAfter       int
 	Probes           int
 	TTL              time.Duration // of the guard's hash
+	// Quota, when set, is what the answer announced of its quota.
+	Quota *QuotaNote
+}
+
+// QuotaNote is a quota an answer announced (upstream.Quota), to learn
+// into the hash of the credential Scope, for its Partition, which Route
+// is then known to be counted in.
+type QuotaNote struct {
+	Scope     string
+	Route     string
+	Remaining int64
+	Limit     int64         // 0: not said
+	Reset     time.Duration // from the answer's arrival
+	Partition string
+	Source    string // the header it was read from
+	Label     string // whose credential, for a status page
+}
+
+// QuotaState is a learned quota as a status page shows it.
+type QuotaState struct {
+	Key       string // "scope|partition"; the scope is a keyed hash
+	Label     string
+	Partition string
+	Source    string
+	Limit     int64
+	Remaining int64         // after the slots booked
+	Reset     time.Duration // from now; 0 when the window is unknown
+	Age       time.Duration // since the last announcement
 }
 
 // GuardState is the shared guard of one upstream as a status page shows
@@ -57,4 +97,6 @@ type GuardState struct {
 	// Backoff is how long the backoff the upstream asked for (Retry-After)
 	// still holds every slot; 0: none.
 	Backoff time.Duration
+	// Quotas are the quotas learned from the upstream's answers.
+	Quotas []QuotaState
 }

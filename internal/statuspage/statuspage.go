@@ -104,6 +104,7 @@ type View struct {
 	Now       time.Time      `json:"now"`
 	Flights   []FlightView   `json:"flights"`
 	Upstreams []UpstreamView `json:"upstreams"`
+	Quotas    []QuotaView    `json:"quotas"`
 	Redis     RedisView      `json:"redis"`
 	L1        L1View         `json:"l1"`
 	Windows   []WindowView   `json:"windows"`
@@ -142,6 +143,20 @@ type UpstreamView struct {
 		Retries       int     `json:"retries"`
 		WindowSeconds float64 `json:"window_seconds"`
 	} `json:"retry_budget"`
+}
+
+// QuotaView is a quota learned from an upstream's answers
+// (upstream.QuotaStatus): whose credential it counts, never the
+// credential.
+type QuotaView struct {
+	Upstream     string  `json:"upstream"`
+	Whose        string  `json:"whose"`     // "upstream", "tenant NAME", "caller", "no credential"
+	Partition    string  `json:"partition"` // "" the default
+	Source       string  `json:"source"`    // the header it was read from
+	Limit        int64   `json:"limit"`     // per window; 0: not said
+	Remaining    int64   `json:"remaining"` // after the slots booked
+	ResetSeconds float64 `json:"reset_seconds"`
+	AgeSeconds   float64 `json:"age_seconds"` // since the last answer that announced it
 }
 
 // RedisView is coordinator.RedisStatus.
@@ -219,8 +234,13 @@ func NewView(s coordinator.Status, instance string) View {
 		}
 		v.Flights = append(v.Flights, fv)
 	}
+	v.Quotas = []QuotaView{}
 	for _, u := range s.Upstreams {
 		v.Upstreams = append(v.Upstreams, upstreamView(u.Name, u.Guard))
+		for _, q := range u.Guard.Quotas {
+			v.Quotas = append(v.Quotas, QuotaView{Upstream: u.Name, Whose: q.Label, Partition: q.Partition, Source: q.Source,
+				Limit: q.Limit, Remaining: q.Remaining, ResetSeconds: q.Reset.Seconds(), AgeSeconds: q.Age.Seconds()})
+		}
 	}
 	for _, w := range s.Windows {
 		wv := WindowView{

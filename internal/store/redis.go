@@ -44,6 +44,8 @@ type rediser interface {
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	SRandMemberN(ctx context.Context, key string, count int64) *redis.StringSliceCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Redis is L2, the fill lock and the completion channel, with a health

@@ -60,7 +60,17 @@ type Protection struct {
 	// Defaults: 1m and 24h.
 	MinTTL time.Duration `yaml:"min_ttl"`
 	MaxTTL time.Duration `yaml:"max_ttl"`
+	// LearnQuota paces the upstream by the quota its answers announce
+	// (RateLimit and RateLimit-Policy, X-RateLimit-*): per credential
+	// scope and per partition, so that what remains of each lasts until
+	// its reset, never faster than RateLimit, across every instance. See
+	// docs/upstream-protection.md. Default: true.
+	LearnQuota *bool `yaml:"learn_quota"`
 }
+
+// LearnsQuota reports whether the upstream's announced quotas pace it
+// (LearnQuota, default true).
+func (p *Protection) LearnsQuota() bool { return p.LearnQuota == nil || *p.LearnQuota }
 
 // RetryPolicy configures retries. Only retryable outcomes are retried:
 // connection errors, timeouts, 429 and 5xx other than 501. Never a 4xx
