@@ -56,6 +56,7 @@ func NewClient(up *Config, o Options) *Client {
 		local:  newLocalGuard(up, o.Shared != nil, o.Now, o.Logger, o.Metrics),
 		m:      orNop(o.Metrics),
 		bg:     o.Background,
+		slots:  newInFlight(up, o.Shared, o.Now),
 	}
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
@@ -79,6 +80,8 @@ type Client struct {
 	// bg tracks outcomes recorded after the answer is handed back; the
 	// owner's Close waits for them. Nil: record before returning.
 	bg *sync.WaitGroup
+
+	slots *inFlight // the requests in flight (inflight.go); nil without max_in_flight
 }
 
 // Breakers returns the state of the client's breakers: the shared one's
@@ -177,6 +180,10 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 	)
 	for attempt := 1; ; attempt++ {
 		a, aerr := p.admit(ctx, fr, report)
+		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
+		if aerr == nil {
+			slot, aerr = p.takeSlot(ctx, fr, a, report)
+		}
 		if aerr != nil {
 			if attempt > 1 {
 				return resp, err // a retry refused: the last answer stands
@@ -185,6 +192,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		actx, at := p.startAttempt(ctx, fr, attempt, hop)
 		resp, err = p.next.Fetch(actx, fr, report)
+		slot.release(ctx)
 		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
