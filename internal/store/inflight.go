@@ -125,6 +125,9 @@ func clockOf(now func() time.Time) string {
 // semaphore); with ctx's error when ctx ends first. A slot whose reply was
 // lost (a timeout) is held until its lease ends.
 func (r *Redis) AcquireSlot(ctx context.Context, upstream, scope string, a Acquire) (Slot, error) {
+	if a.Max < 1 {
+		return Slot{}, fmt.Errorf("coordinator: %d slots in flight: want at least 1", a.Max)
+	}
 	key, idx := r.slotKey(upstream, scope), r.inFlightKey(upstream)
 	var w *Waiter
 	var bound <-chan time.Time
