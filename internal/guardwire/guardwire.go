@@ -100,3 +100,42 @@ type GuardState struct {
 	// Quotas are the quotas learned from the upstream's answers.
 	Quotas []QuotaState
 }
+
+// Acquire asks the shared semaphore of one upstream's credential scope
+// for a slot in flight (store's acquireSlotScript), waiting up to MaxWait
+// for one to free.
+type Acquire struct {
+	Now     func() time.Time // nil: Redis's clock
+	Max     int              // slots in flight at most, across every instance; at least 1
+	Lease   time.Duration    // how long a slot is held unless released first
+	MaxWait time.Duration    // how long to wait for a slot; 0: take one only if free now
+	// Waiting, when set, is called once, when the first try finds every
+	// slot taken and the caller is to wait: held is the slots taken, wait
+	// how long until the earliest lease ends.
+	Waiting func(held int, wait time.Duration)
+}
+
+// Slot is the shared semaphore's answer to an Acquire.
+type Slot struct {
+	// Token names the slot held, for its release; "" when none was taken
+	// within MaxWait.
+	Token string
+	// Held is how many slots were taken, this one included, at the last
+	// try.
+	Held int
+	// Wait is, when no slot was taken, how long until the earliest lease
+	// ends (a hint for Retry-After); else 0.
+	Wait time.Duration
+}
+
+// Release gives a slot in flight back (store's releaseSlotScript).
+type Release struct {
+	Now   time.Time // zero: Redis's clock
+	Token string    // Slot.Token
+	Max   int       // as in the Acquire: a release wakes waiters only when every slot was taken
+}
+
+// InFlight is what one upstream's shared semaphores hold, as a status
+// page shows it: the live slots of each credential scope ("" for the
+// fetches without a credential) that holds one.
+type InFlight map[string]int

@@ -137,7 +137,15 @@ type UpstreamView struct {
 	FreeSlots        *int    `json:"free_slots"` // null: no limit
 	NextSlotSeconds  float64 `json:"next_slot_seconds"`
 	BackoffSeconds   float64 `json:"backoff_seconds"`
-	RetryBudget      struct {
+	// InFlight is the requests in flight, by Scope's count, over every
+	// credential scope; InFlightScopes the scopes holding one, and
+	// InFlightBusiest the most one of them holds, of MaxInFlight (0: no
+	// cap).
+	InFlight        int `json:"in_flight"`
+	InFlightScopes  int `json:"in_flight_scopes"`
+	InFlightBusiest int `json:"in_flight_busiest"`
+	MaxInFlight     int `json:"max_in_flight"`
+	RetryBudget     struct {
 		Left          int     `json:"left"`
 		Requests      int     `json:"requests"`
 		Retries       int     `json:"retries"`
@@ -265,6 +273,7 @@ func upstreamView(name string, g coordinator.GuardStatus) UpstreamView {
 	u := UpstreamView{
 		Name: name, Scope: g.Scope, Breaker: g.Breaker, NextProbeSeconds: g.NextProbe.Seconds(),
 		RateLimit: g.RateLimit, Burst: g.Burst, NextSlotSeconds: g.NextSlot.Seconds(), BackoffSeconds: g.Backoff.Seconds(),
+		InFlight: g.InFlight.Held, InFlightScopes: g.InFlight.Scopes, InFlightBusiest: g.InFlight.Busiest, MaxInFlight: g.MaxInFlight,
 	}
 	if g.FreeSlots >= 0 {
 		u.FreeSlots = &g.FreeSlots

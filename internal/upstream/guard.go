@@ -218,6 +218,7 @@ type Shared interface {
 	BreakerState(ctx context.Context, upstream string) (string, error)
 	// GuardState reads the guard for a status page, changing nothing.
 	GuardState(ctx context.Context, upstream string, now time.Time) (SharedState, error)
+	SharedSlots // the slots in flight (inflight.go)
 }
 
 // The messages of Shared, defined beside the store's scripts that answer

@@ -58,6 +58,7 @@ func NewClient(up *Config, o Options) *Client {
 		bg:     o.Background,
 		parts:  newPartitions(up.BaseURL),
 		gauges: newQuotaGauges(),
+		slots:  newInFlight(up, o.Shared, o.Now),
 	}
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
@@ -83,6 +84,7 @@ type Client struct {
 	bg     *sync.WaitGroup
 	parts  *partitions  // which quota partition each route is counted in
 	gauges *quotaGauges // the quotas last announced, for the metrics
+	slots  *inFlight    // the requests in flight (inflight.go); nil without max_in_flight
 }
 
 // Breakers returns the state of the client's breakers: the shared one's
@@ -181,6 +183,10 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 	)
 	for attempt := 1; ; attempt++ {
 		a, aerr := p.admit(ctx, fr, report)
+		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
+		if aerr == nil {
+			slot, aerr = p.takeSlot(ctx, fr, a, report)
+		}
 		if aerr != nil {
 			if attempt > 1 {
 				return resp, err // a retry refused: the last answer stands
@@ -189,6 +195,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		actx, at := p.startAttempt(ctx, fr, attempt, hop)
 		resp, err = p.next.Fetch(actx, fr, report)
+		slot.release(ctx)
 		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)

@@ -34,6 +34,11 @@ type Status struct {
 	// Backoff is how long the backoff the upstream asked for
 	// (Retry-After) still holds; 0: none.
 	Backoff time.Duration
+	// MaxInFlight is the most requests in flight per credential scope (0:
+	// no cap); InFlight counts the slots held by Scope's count: every
+	// instance's ("cluster"), or this instance's own ("instance").
+	MaxInFlight int
+	InFlight    InFlightCount
 	// RetriesLeft is how many retries this instance's retry budget allows
 	// now; Requests and Retries are what it counted over its window
 	// (RetryBudgetWindow). The budget is always the instance's own.
@@ -69,6 +74,7 @@ func (p *Client) Status(ctx context.Context) Status {
 		}
 	}
 	s.RetriesLeft, s.Requests, s.Retries = p.budget.status(p.now())
+	p.slots.status(ctx, &s)
 	return s
 }
 
