@@ -60,6 +60,7 @@ func NewClient(up *Config, o Options) *Client {
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
 	}
+	p.fair = newFairScheduler(p)
 	return p
 }
 
@@ -73,8 +74,9 @@ type Client struct {
 	now    func() time.Time
 	log    *slog.Logger
 	budget *retryBudget
-	shared *sharedGuard // nil in single-node mode
-	local  *localGuard  // single-node mode, and while the shared store is down
+	shared *sharedGuard   // nil in single-node mode
+	local  *localGuard    // single-node mode, and while the shared store is down
+	fair   *fairScheduler // hands contended slots out in fair order (fair.go)
 	m      Metrics
 	// bg tracks outcomes recorded after the answer is handed back; the
 	// owner's Close waits for them. Nil: record before returning.
@@ -224,10 +226,24 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 }
 
 // admit gets an attempt admitted, waiting for its slot. It reports what it
-// waits for.
+// waits for. While nobody of fr's QuotaScope queues, the guard is asked
+// directly, and a slot that starts at once is taken; a wait (contention)
+// queues the attempt instead, its slot the queue's, and the queue hands
+// slots out in fair order as they start (fair.go).
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
 	bound := p.bound(ctx, fr)
-	a := p.ask(ctx, bound)
+	var (
+		a   admission
+		err error
+	)
+	if p.fair.contended(fr.QuotaScope) {
+		a, err = p.fair.wait(ctx, fr, bound, nil, report)
+	} else if a = p.ask(ctx, bound); a.verdict == verdictAdmitted && a.wait > 0 {
+		a, err = p.fair.wait(ctx, fr, bound, &a, report)
+	}
+	if err != nil {
+		return a, err
+	}
 	switch a.verdict {
 	case verdictOpen:
 		p.m.BreakerRejected(p.up.Name)
@@ -238,18 +254,6 @@ func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event))
 		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
 		return a, WithRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
 			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
-	}
-	if a.wait > 0 {
-		p.m.RateLimitWait(p.up.Name, a.wait)
-		detail := "waiting for a rate-limit slot"
-		if a.backoff >= a.wait {
-			detail = p.up.Name + " asked to back off (Retry-After)"
-		}
-		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: detail})
-		if !sleep(ctx, a.wait) {
-			p.record(ctx, a, outcomeNone, 0)
-			return a, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
-		}
 	}
 	return a, nil
 }
