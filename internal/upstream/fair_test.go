@@ -23,9 +23,8 @@ import (
 // slotLog is an upstream that answers at once, logging the attempts it
 // is sent in the order they arrive.
 type slotLog struct {
-	mu      sync.Mutex
-	got     []slotRec
-	changed chan struct{} // closed and replaced on each attempt; nil: none yet
+	mu  sync.Mutex
+	got []slotRec
 }
 
 type slotRec struct {
@@ -37,28 +36,7 @@ func (l *slotLog) Fetch(_ context.Context, fr FetchRequest, _ func(Event)) (*Res
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got = append(l.got, slotRec{tenant: fr.Tenant, url: fr.URL, at: time.Now()})
-	if l.changed != nil {
-		close(l.changed)
-		l.changed = nil
-	}
 	return &Response{StatusCode: 200}, nil
-}
-
-// waitFor waits until n attempts have been sent.
-func (l *slotLog) waitFor(n int) {
-	for {
-		l.mu.Lock()
-		if len(l.got) >= n {
-			l.mu.Unlock()
-			return
-		}
-		if l.changed == nil {
-			l.changed = make(chan struct{})
-		}
-		ch := l.changed
-		l.mu.Unlock()
-		<-ch
-	}
 }
 
 func (l *slotLog) log() []slotRec {
@@ -478,4 +456,28 @@ func TestFairSharedGuard(t *testing.T) {
 		t.Fatalf("%d slots were handed out while both tenants waited; want at least 150 to judge", slots)
 	}
 	checkFair(t, got, []string{"a", "b"}, maxMinFair(float64(slots), []float64{math.Inf(1), math.Inf(1)}, []float64{1, 2}))
+}
+
+// TestFairQuotaWindowKeepsTheLastForCallers: the hook the learned quota
+// feeds (window) keeps the last request of a window from background work
+// while callers wait.
+func TestFairQuotaWindowKeepsTheLastForCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := fairClient(t, "up", 10, time.Minute, nil, &slotLog{})
+		yes := func() bool { return true }
+		for _, remaining := range []int{3, 2} {
+			c.fair.window("", remaining, time.Now().Add(time.Minute))
+			errs := queueInOrder(context.Background(), c, []FetchRequest{
+				fetchReq("a", 1, 0, nil), // the free slot, if any
+				fetchReq("a", 1, 1, nil), // waits
+				fetchReq("b", 1, 2, yes), // second in the queue
+			})()
+			if errs[0] != nil || errs[1] != nil {
+				t.Fatalf("interactive fetches: %v", errs[:2])
+			}
+			if refused := errors.Is(errs[2], ErrRateLimited); refused != (remaining == 2) {
+				t.Errorf("%d left in the window: background fetch got %v; want it refused only when it would take the last", remaining, errs[2])
+			}
+		}
+	})
 }
