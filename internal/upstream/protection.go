@@ -63,6 +63,7 @@ func NewClient(up *Config, o Options) *Client {
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
 	}
+	p.fair = newFairScheduler(p)
 	return p
 }
 
@@ -76,8 +77,9 @@ type Client struct {
 	now    func() time.Time
 	log    *slog.Logger
 	budget *retryBudget
-	shared *sharedGuard // nil in single-node mode
-	local  *localGuard  // single-node mode, and while the shared store is down
+	shared *sharedGuard   // nil in single-node mode
+	local  *localGuard    // single-node mode, and while the shared store is down
+	fair   *fairScheduler // hands contended slots out in fair order (fair.go)
 	m      Metrics
 	// bg tracks outcomes recorded after the answer is handed back; the
 	// owner's Close waits for them. Nil: record before returning.
@@ -236,17 +238,36 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 }
 
 // admit gets an attempt admitted, waiting for its slot. It reports what it
-// waits for. A slot booked by the rate limit alone, before any answer had
-// announced the quota the attempt spends, is checked against the quota
-// again when it starts (that ask books no second rate-limit slot): a
-// burst of cold fetches books its slots at once, before the first answer
-// is back, and must not all go out at the rate limit when the quota says
-// slower.
+// waits for. While nobody of fr's QuotaScope queues, the guard is asked
+// directly, and a slot that starts at once is taken; a wait (contention)
+// queues the attempt instead, its slot the queue's, and the queue hands
+// slots out in fair order as they start (fair.go). A slot booked by the
+// rate limit alone, before any answer had announced the quota the attempt
+// spends, is checked against the quota again when it starts (that ask
+// books no second rate-limit slot): a burst of cold fetches books its
+// slots at once, before the first answer is back, and must not all go
+// out at the rate limit when the quota says slower. A quota whose window
+// is spent books nothing: the attempt waits for the next window and asks
+// again.
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
 	qa := p.quotaAsk(fr)
 	for {
 		bound := p.bound(ctx, fr)
-		a := p.ask(ctx, bound, qa)
+		var (
+			a      admission
+			err    error
+			queued bool
+		)
+		if !qa.quotaOnly && p.fair.contended(fr.QuotaScope) {
+			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
+			queued = true
+		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && !qa.quotaOnly {
+			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report)
+			queued = true
+		}
+		if err != nil {
+			return a, err
+		}
 		switch a.verdict {
 		case verdictOpen:
 			p.m.BreakerRejected(p.up.Name)
@@ -258,7 +279,7 @@ func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event))
 			return a, WithRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
 				ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
 		}
-		if a.wait > 0 {
+		if a.wait > 0 && !queued {
 			p.m.RateLimitWait(p.up.Name, a.wait)
 			detail := "waiting for a rate-limit slot"
 			switch {
