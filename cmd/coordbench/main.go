@@ -4,6 +4,7 @@
 //
 //	coordbench [--quick] [--report FILE] [--latency D] [--small N] [--large N]
 //	coordbench --swarm [--quick]
+//	coordbench --quota [--quick]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/redistest), a local
@@ -21,6 +22,13 @@
 // go-sdk MCP clients against three fleets of MCP servers, in front of a
 // local MDN behind an edge limiter; the full run runs it first and puts
 // its table and plot in the report.
+//
+// --quota runs only the quota benchmark (quota.go): three coordd
+// instances, two tenants with a credential each, against a fake API with
+// GitHub's rate limits scaled down, beside fleets with a fixed rate limit
+// set 2× too high and 4× too low and a fleet of instances pacing by the
+// headers alone; the full run (not --quick) runs it after the swarm and
+// puts its table and plot in the report.
 //
 // With --report it also writes the report (machine facts, the command, the
 // table) to FILE and the plots as PNG files beside it. --quick measures
@@ -60,6 +68,7 @@ func main() {
 type config struct {
 	quick   bool
 	swarm   bool          // only the agent-swarm benchmark
+	quota   bool          // only the quota benchmark
 	report  string        // report file; empty: none
 	latency time.Duration // the upstream's answer time
 	small   int           // small body, bytes
@@ -88,6 +97,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	var swarm bool
 	fs.BoolVar(&swarm, "swarm", false, "run only the agent-swarm benchmark: MCP clients against three MCP fleets and an edge-limited MDN (with --quick: a smaller swarm)")
 	fs.BoolVar(&swarm, "agents", false, "the same as --swarm")
+	quota := fs.Bool("quota", false, "run only the quota benchmark: coordd, fixed rate limits and per-instance pacing against a fake API with GitHub-like limits (with --quick: under a minute)")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -101,13 +111,17 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case swarm && *report != "":
 		return config{}, errors.New("--swarm prints the swarm's table only; the full run with --report includes it")
+	case *quota && *report != "":
+		return config{}, errors.New("--quota prints the quota table only; the full run with --report includes it")
+	case *quota && swarm:
+		return config{}, errors.New("--quota and --swarm each run one benchmark alone; the full run runs both")
 	case *small <= 0 || *large <= 0:
 		return config{}, errors.New("--small and --large must be positive")
 	case *latency < 0:
 		return config{}, errors.New("--latency must not be negative")
 	}
 	c := config{
-		quick: *quick, swarm: swarm, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, quota: *quota, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
@@ -151,17 +165,34 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, renderSwarm(sw))
 		return nil
 	}
-	// The swarm first, before the grid's environment fills the heap.
+	if cfg.quota {
+		qr, err := runQuota(ctx, h, defaultQuota(cfg.quick), progress)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, renderQuota(qr))
+		return nil
+	}
+	// The swarm and the quota benchmark first, before the grid's
+	// environment fills the heap.
 	sw, err := runSwarm(ctx, h, defaultSwarm(cfg.quick), progress)
 	if err != nil {
 		return err
+	}
+	// --quick leaves the quota benchmark out, to stay under a minute:
+	// --quota --quick runs it alone.
+	var qr *quotaResult
+	if !cfg.quick {
+		if qr, err = runQuota(ctx, h, defaultQuota(false), progress); err != nil {
+			return err
+		}
 	}
 	e := newEnv(h, cfg)
 	res, err := measure(ctx, e, progress)
 	if err != nil {
 		return err
 	}
-	res.swarm = sw
+	res.swarm, res.quota = sw, qr
 	res.elapsed = time.Since(started)
 	table := renderTable(res)
 	fmt.Fprint(stdout, table)
