@@ -117,21 +117,20 @@ func quotaFleets(c quotaConfig) []quotaFleet {
 	}
 }
 
-// applyQuotaKnobs sets k on p. Fields that the engine does not have yet
-// are marked QUOTA-WIRE: set them here once it does.
+// applyQuotaKnobs sets k on p.
 func applyQuotaKnobs(p *coordinator.Protection, k quotaKnobs) {
 	// rate_limit -1 leaves pacing to the learned quota (coordd and
 	// per-instance fleets); the fixed fleets set it and learn nothing.
 	p.RateLimit = k.rateLimit
-	// QUOTA-WIRE: p.LearnQuota = k.learnQuota (protection.learn_quota; on by default, false for the fixed fleets)
-	// QUOTA-WIRE: p.MaxInFlight = k.maxInFlight (protection.max_in_flight; 0: none)
+	learn := k.learnQuota
+	p.LearnQuota = &learn
+	p.MaxInFlight = k.maxInFlight
 }
 
 // quotaTenant is the server.Tenant of a tenant of the benchmark.
 func quotaTenant(name, token string, weight int, cred *upstreamcfg.Credential) server.Tenant {
 	t := server.Tenant{Name: name, Tokens: []string{token}, Upstreams: []string{"gh"}, Credentials: map[string]*upstreamcfg.Credential{"gh": cred}}
-	// QUOTA-WIRE: t.Weight = weight (tenants[].weight; 0: 1)
-	_ = weight
+	t.Weight = weight
 	return t
 }
 
@@ -139,8 +138,9 @@ func quotaTenant(name, token string, weight int, cred *upstreamcfg.Credential) s
 // batch's calls are background.
 func quotaRequest(u string, background bool) *coorddv1.GetOrFetchRequest {
 	req := &coorddv1.GetOrFetchRequest{Url: u}
-	// QUOTA-WIRE: if background { req.Priority = coorddv1.Priority_PRIORITY_BACKGROUND } (GetOrFetch priority; default interactive)
-	_ = background
+	if background {
+		req.Priority = coorddv1.Priority_PRIORITY_BACKGROUND
+	}
 	return req
 }
 
