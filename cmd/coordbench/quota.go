@@ -108,19 +108,21 @@ func quotaFleets(c quotaConfig) []quotaFleet {
 	high := int(math.Round(2 * c.rate()))
 	low := max(1, int(math.Round(c.rate()/4)))
 	return []quotaFleet{
+		// The learning fleets keep the 2× ceiling as their rate_limit, as an
+		// operator would: it holds before the first answer, and learned
+		// pacing can only be stricter.
 		{"coordd: learned pacing, max_in_flight " + fmt.Sprint(c.maxInFlight) + ", fair queuing", true,
-			quotaKnobs{rateLimit: -1, learnQuota: true, maxInFlight: c.maxInFlight}},
+			quotaKnobs{rateLimit: high, learnQuota: true, maxInFlight: c.maxInFlight}},
 		{fmt.Sprintf("fixed rate_limit %d/s (2× too high)", high), true, quotaKnobs{rateLimit: high}},
 		{fmt.Sprintf("fixed rate_limit %d/s (4× too low)", low), true, quotaKnobs{rateLimit: low}},
 		{"per-instance pacing by the headers (each instance alone, no Redis)", false,
-			quotaKnobs{rateLimit: -1, learnQuota: true}},
+			quotaKnobs{rateLimit: high, learnQuota: true}},
 	}
 }
 
 // applyQuotaKnobs sets k on p.
 func applyQuotaKnobs(p *coordinator.Protection, k quotaKnobs) {
-	// rate_limit -1 leaves pacing to the learned quota (coordd and
-	// per-instance fleets); the fixed fleets set it and learn nothing.
+	// The fixed fleets learn nothing: rate_limit alone paces them.
 	p.RateLimit = k.rateLimit
 	learn := k.learnQuota
 	p.LearnQuota = &learn
