@@ -333,11 +333,14 @@ bench: deps
 	$(MAKE) --no-print-directory report
 
 # report runs cmd/coordbench in full (a few minutes on 2 cores): the agent
-# swarm (MCP fleets against an edge-limited MDN), then coordd against the
+# swarm (MCP fleets against an edge-limited MDN), the quota benchmark
+# (coordd against fixed rate limits and per-instance pacing on a fake API
+# with GitHub-like limits, about 2.5 minutes), then coordd against the
 # 200 ms polling design and a bare gRPC floor, printed as one table and
 # written to bench/REPORT.md with the machine's facts and the plots
 # (bench/*.png). `go run ./cmd/coordbench --quick` prints the same
-# table in under a minute.
+# table but the quota benchmark's in under a minute; `--quota --quick`
+# prints that one alone in under a minute.
 report: deps
 	$(GO) run ./cmd/coordbench --report bench/REPORT.md
 

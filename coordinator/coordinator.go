@@ -222,20 +222,23 @@ func (c *Coordinator) Get(ctx context.Context, t Target, opt GetOptions) (res *R
 		seed = d
 		if !opt.NoStale && recent(d) && d.ServeStaleWhileRevalidate(now) {
 			if !c.coolingDown(t.id, now) {
-				c.join(context.WithoutCancel(ctx), t, seed, time.Time{}) // revalidate in the background
+				c.join(context.WithoutCancel(ctx), t, seed, time.Time{}, false) // revalidate in the background
 			}
 			report(Progress{Role: RoleHit, Stage: StageServingStale, Detail: "stale-while-revalidate"})
 			return &Result{Doc: d, Source: SourceL1, Stale: true}, nil
 		}
 	}
 	for {
-		f, created := c.join(ctx, t, seed, notBefore)
+		f, created := c.join(ctx, t, seed, notBefore, !opt.Background)
 		if !created {
 			c.m.Follower("local")
 			f.tr.joined(ctx)
 			report(Progress{Role: RoleFollower, Stage: StageJoined, Detail: "joined this instance's flight"})
 		}
 		next, res, err := c.wait(ctx, f, opt.NoStale, recent, report)
+		if !opt.Background {
+			f.interactive.Add(-1) // counted in by join
+		}
 		if next != rejoin {
 			return res, err
 		}
@@ -297,15 +300,24 @@ func (c *Coordinator) wait(ctx context.Context, f *flight, noStale bool, recent 
 
 // join returns t's flight, starting one if none runs. ctx is the joining
 // caller's, whose deadline bounds the flight's rate-limit waits.
-func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Document, notBefore time.Time) (f *flight, created bool) {
+// interactive counts the caller in as one that waits for the flight and
+// is not background, before the flight can ask; the caller counts itself
+// out once done waiting.
+func (c *Coordinator) join(ctx context.Context, t Target, seed *document.Document, notBefore time.Time, interactive bool) (f *flight, created bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f = c.flights[t.flightKey()]; f != nil {
+		if interactive {
+			f.interactive.Add(1)
+		}
 		f.deadlines.add(ctx)
 		f.require(notBefore)
 		return f, false
 	}
 	f = newFlight(t, seed)
+	if interactive {
+		f.interactive.Add(1)
+	}
 	f.started = c.cfg.Now()
 	f.tr.start(c.tr, ctx, t)
 	f.log = c.flightLog(ctx, t)
@@ -602,7 +614,7 @@ func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
 	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header(), Scoped: t.scoped,
-		QuotaScope: t.sid, QuotaLabel: t.credKind, Tenant: t.tenant, Weight: t.weight}
+		QuotaScope: t.sid, QuotaLabel: t.credKind, Tenant: t.tenant, Weight: t.weight, Background: f.background}
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}

@@ -34,6 +34,11 @@ type flight struct {
 	// the callers in wait for it. Both for Status only.
 	started time.Time
 	waiters atomic.Int64
+	// interactive counts the callers waiting for the flight that are not
+	// background (GetOptions.Background): while none is, its fetch is
+	// background work (upstream.FetchRequest.Background), as is a
+	// stale-while-revalidate refresh that nobody waits for.
+	interactive atomic.Int64
 
 	mu        sync.Mutex    // protects the fields below
 	notBefore time.Time     // the oldest FetchedAt a cached copy may have to count as found; raised by callers' max_age
@@ -98,6 +103,10 @@ func (f *flight) whileValid(fn func()) {
 		fn()
 	}
 }
+
+// background reports whether no interactive caller waits for f: it is
+// upstream.FetchRequest.Background, asked when a slot is handed out.
+func (f *flight) background() bool { return f.interactive.Load() == 0 }
 
 func (f *flight) setBypass() {
 	f.mu.Lock()

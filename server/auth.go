@@ -44,6 +44,10 @@ type Tenant struct {
 	// loaded (upstream.Credential.Load): its calls to that upstream send
 	// them instead of the upstream's (coordinator.Scope.Credentials).
 	Credentials map[string]*upstream.Credential
+	// Weight is the tenant's share of an upstream's slots while fetches of
+	// several tenants wait for them (coordinator.Scope.Weight), 1..1000.
+	// 0: 1.
+	Weight int
 }
 
 // Auth authenticates calls to CoordinatorService by bearer token and gives
@@ -68,9 +72,13 @@ type principal struct {
 // default tenant, every upstream, allowed to Invalidate.
 var open = &principal{admin: true}
 
+// MaxWeight is the largest Tenant.Weight.
+const MaxWeight = 1000
+
 // NewAuth returns an Auth for tenants. It fails, naming the tenant by its
 // index and never quoting a token, on a bad name, a duplicate name, a
-// tenant without tokens, a short token or a token shared by two tenants.
+// tenant without tokens, a short token, a token shared by two tenants or a
+// weight out of range.
 // Upstream names are not checked here: coordd's config does that against
 // its upstreams.
 func NewAuth(tenants []Tenant) (*Auth, error) {
@@ -93,7 +101,10 @@ func NewAuth(tenants []Tenant) (*Auth, error) {
 		if len(t.Tokens) == 0 {
 			return nil, fmt.Errorf("%s.tokens: none given", field)
 		}
-		p := &principal{scope: coordinator.Scope{Tenant: t.Name, Upstreams: slices.Clone(t.Upstreams), Credentials: maps.Clone(t.Credentials)}, admin: t.Admin}
+		if t.Weight < 0 || t.Weight > MaxWeight {
+			return nil, fmt.Errorf("%s.weight: %d must be between 1 and %d", field, t.Weight, MaxWeight)
+		}
+		p := &principal{scope: coordinator.Scope{Tenant: t.Name, Upstreams: slices.Clone(t.Upstreams), Credentials: maps.Clone(t.Credentials), Weight: t.Weight}, admin: t.Admin}
 		for j, tok := range t.Tokens {
 			if len(tok) < MinTokenBytes {
 				return nil, fmt.Errorf("%s.tokens[%d]: %d bytes; want at least %d", field, j, len(tok), MinTokenBytes)

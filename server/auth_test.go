@@ -265,6 +265,8 @@ func TestNewAuthRefusesBadTenants(t *testing.T) {
 		{"no tokens", []server.Tenant{{Name: "a"}}},
 		{"short token", []server.Tenant{{Name: "a", Tokens: []string{"short"}}}},
 		{"shared token", []server.Tenant{{Name: "a", Tokens: []string{long}}, {Name: "b", Tokens: []string{long}}}},
+		{"weight too large", []server.Tenant{{Name: "a", Tokens: []string{long}, Weight: server.MaxWeight + 1}}},
+		{"negative weight", []server.Tenant{{Name: "a", Tokens: []string{long}, Weight: -1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

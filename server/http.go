@@ -43,7 +43,8 @@ import (
 
 // Paths of the HTTP door.
 const (
-	// HTTPDocumentsPath serves GET (and HEAD) ?url=…[&key=…][&max_age=…][&no_stale=1][&timeout=…].
+	// HTTPDocumentsPath serves GET (and HEAD)
+	// ?url=…[&key=…][&max_age=…][&no_stale=1][&timeout=…][&priority=background].
 	HTTPDocumentsPath = "/v1/documents"
 	// HTTPInvalidatePath serves POST, with url and/or key as query or form
 	// parameters, or as a JSON object.
@@ -65,6 +66,11 @@ const (
 	// upstream (GetOrFetchRequest.credential): Authorization is the
 	// tenant's token at this door.
 	HTTPCredentialHeader = "X-Coordd-Credential"
+	// HTTPPriorityHeader is the call's priority
+	// (GetOrFetchRequest.priority): "interactive" (the default) or
+	// "background", as the priority parameter says it, for a caller that
+	// can set a header more easily than a parameter.
+	HTTPPriorityHeader = "X-Coordd-Priority"
 )
 
 // doorSets are the response headers the door sets itself, never copied
@@ -110,7 +116,7 @@ const maxInvalidateBody = 8 << 10
 // percent-encoded, "?url=https://h/p?a=1&b=2", which would otherwise lose
 // its "&b=2" without a word and fetch another document.
 var (
-	documentsParams  = []string{"url", "key", "max_age", "no_stale", "timeout"}
+	documentsParams  = []string{"url", "key", "max_age", "no_stale", "timeout", "priority"}
 	invalidateParams = []string{"url", "key"}
 )
 
@@ -236,18 +242,9 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	var opt coordinator.GetOptions
-	if opt.MaxAge, err = httpDuration(q, "max_age"); err != nil {
-		return err
-	}
-	timeout, err := httpDuration(q, "timeout")
+	opt, timeout, err := httpGetOptions(q, r.Header)
 	if err != nil {
 		return err
-	}
-	if v := q.Get("no_stale"); v != "" {
-		if opt.NoStale, err = strconv.ParseBool(v); err != nil {
-			return status.Errorf(codes.InvalidArgument, "no_stale %q must be true or false", v)
-		}
 	}
 	if len(r.Header) > maxRequestHeaders {
 		return status.Errorf(codes.InvalidArgument, "headers: %d; at most %d", len(r.Header), maxRequestHeaders)
@@ -357,6 +354,62 @@ func (h *httpDoor) invalidate(ctx context.Context, w http.ResponseWriter, r *htt
 		Key     string `json:"key"`
 		Existed bool   `json:"existed"`
 	}{resp.GetKey(), resp.GetExisted()})
+}
+
+// httpGetOptions is the engine's GetOptions for a GET's parameters q and
+// headers h (max_age, no_stale and priority, the last from the parameter
+// or HTTPPriorityHeader), and its timeout. A value that does not parse is
+// INVALID_ARGUMENT, and so are a parameter and a header that disagree on
+// the priority.
+func httpGetOptions(q url.Values, h http.Header) (opt coordinator.GetOptions, timeout time.Duration, err error) {
+	if opt.MaxAge, err = httpDuration(q, "max_age"); err != nil {
+		return opt, 0, err
+	}
+	if timeout, err = httpDuration(q, "timeout"); err != nil {
+		return opt, 0, err
+	}
+	if v := q.Get("no_stale"); v != "" {
+		if opt.NoStale, err = strconv.ParseBool(v); err != nil {
+			return opt, 0, status.Errorf(codes.InvalidArgument, "no_stale %q must be true or false", v)
+		}
+	}
+	opt.Background, err = httpPriority(q.Get("priority"), h.Values(HTTPPriorityHeader))
+	return opt, timeout, err
+}
+
+// httpPriority reports whether a GET whose priority parameter is param
+// and whose HTTPPriorityHeader fields are hdr is a background call.
+// "interactive" and "background" (in any case) are the values; none is
+// interactive.
+func httpPriority(param string, hdr []string) (bool, error) {
+	const want = `must be "interactive" or "background"`
+	if len(hdr) > 1 {
+		return false, status.Errorf(codes.InvalidArgument, "%s: %d fields; send one", HTTPPriorityHeader, len(hdr))
+	}
+	parse := func(where, v string) (string, error) {
+		switch p := strings.ToLower(strings.TrimSpace(v)); p {
+		case "", "interactive", "background":
+			return p, nil
+		}
+		return "", status.Errorf(codes.InvalidArgument, "%s %.64q %s", where, v, want)
+	}
+	p, err := parse("priority", param)
+	if err != nil {
+		return false, err
+	}
+	if len(hdr) == 1 {
+		hp, err := parse(HTTPPriorityHeader, hdr[0])
+		if err != nil {
+			return false, err
+		}
+		if p != "" && hp != "" && p != hp {
+			return false, status.Errorf(codes.InvalidArgument, "the priority parameter says %q and %s says %q: send one", p, HTTPPriorityHeader, hp)
+		}
+		if p == "" {
+			p = hp
+		}
+	}
+	return p == "background", nil
 }
 
 // readParams parses raw, a query or a form body, whose parameters must

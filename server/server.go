@@ -241,27 +241,21 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	if err != nil {
 		return err
 	}
+	opt, err := getOptions(req)
+	if err != nil {
+		return err
+	}
 	t, err := s.c.ResolveRequest(p.scope, r)
 	if err != nil {
 		return toStatus(err)
 	}
 	logctx.Add(stream.Context(), "key", t.Key)
-	var maxAge time.Duration
-	if req.GetMaxAge() != nil {
-		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
-			return status.Errorf(codes.InvalidArgument, "max_age %v must be a valid, non-negative duration", req.GetMaxAge().AsDuration())
-		}
-		maxAge = req.GetMaxAge().AsDuration()
-	}
 	ctx := stream.Context()
-	res, err := s.c.Get(ctx, t, coordinator.GetOptions{
-		NoStale: req.GetNoStale(),
-		MaxAge:  maxAge,
-		Progress: func(p coordinator.Progress) {
-			// A failed send means the caller is gone; ctx ends and Get returns.
-			_ = stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(p)}})
-		},
-	})
+	opt.Progress = func(p coordinator.Progress) {
+		// A failed send means the caller is gone; ctx ends and Get returns.
+		_ = stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(p)}})
+	}
+	res, err := s.c.Get(ctx, t, opt)
 	if err != nil {
 		return toStatus(callerGone(ctx, err))
 	}
@@ -358,6 +352,38 @@ func progressPB(p coordinator.Progress) *coorddv1.Progress {
 		pb.Wait = durationpb.New(p.Wait)
 	}
 	return pb
+}
+
+// getOptions is the engine's GetOptions for req's no_stale, max_age and
+// priority, without Progress. A negative or invalid max_age, or a priority
+// that is none of Priority's, is INVALID_ARGUMENT.
+func getOptions(req *coorddv1.GetOrFetchRequest) (coordinator.GetOptions, error) {
+	var opt coordinator.GetOptions
+	opt.NoStale = req.GetNoStale()
+	if ma := req.GetMaxAge(); ma != nil {
+		if err := ma.CheckValid(); err != nil || ma.AsDuration() < 0 {
+			return opt, status.Errorf(codes.InvalidArgument, "max_age %v must be a valid, non-negative duration", ma.AsDuration())
+		}
+		opt.MaxAge = ma.AsDuration()
+	}
+	var err error
+	opt.Background, err = background(req.GetPriority())
+	return opt, err
+}
+
+// background reports whether a call of priority p is a background one:
+// PRIORITY_UNSPECIFIED is PRIORITY_INTERACTIVE. A value that is none of
+// Priority's (sent by a newer client, or garbage) is INVALID_ARGUMENT, not
+// taken for either: a caller that asked for something else would not get
+// it without a word.
+func background(p coorddv1.Priority) (bool, error) {
+	switch p {
+	case coorddv1.Priority_PRIORITY_UNSPECIFIED, coorddv1.Priority_PRIORITY_INTERACTIVE:
+		return false, nil
+	case coorddv1.Priority_PRIORITY_BACKGROUND:
+		return true, nil
+	}
+	return false, status.Errorf(codes.InvalidArgument, "priority %d is none of PRIORITY_UNSPECIFIED (0), PRIORITY_INTERACTIVE (1) and PRIORITY_BACKGROUND (2)", int32(p))
 }
 
 // maxRequestHeaders bounds the headers one call may carry, forwarded or

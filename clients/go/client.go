@@ -258,6 +258,7 @@ type callOptions struct {
 	key      string
 	noStale  bool
 	maxAge   time.Duration
+	priority coorddv1.Priority
 	progress func(*coorddv1.Progress)
 }
 
@@ -278,6 +279,27 @@ func NoStale() CallOption {
 // with every other caller who needs it).
 func MaxAge(d time.Duration) CallOption {
 	return func(o *callOptions) { o.maxAge = d }
+}
+
+// The priorities of a call (GetOrFetchRequest.priority), for WithPriority
+// and WithDefaultPriority.
+const (
+	// Interactive: a caller is waiting on the call. A call without
+	// WithPriority is interactive too.
+	Interactive = coorddv1.Priority_PRIORITY_INTERACTIVE
+	// Background: no one is waiting on the call (a prefetch, a warm-up
+	// job). Within its tenant, a fetch that only background calls wait for
+	// takes the upstream's slots after every fetch an interactive call
+	// waits for; a background call that joins a fetch an interactive one
+	// waits for shares it as any call does.
+	Background = coorddv1.Priority_PRIORITY_BACKGROUND
+)
+
+// WithPriority sets the call's priority: Interactive or Background.
+// Default: none sent, which coordd takes for Interactive. coordd refuses a
+// value it does not know with INVALID_ARGUMENT.
+func WithPriority(p coorddv1.Priority) CallOption {
+	return func(o *callOptions) { o.priority = p }
 }
 
 // WithProgress makes Get call f with every progress event as it arrives,

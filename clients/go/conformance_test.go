@@ -53,7 +53,14 @@ func playCase(t *testing.T, srv *clientconformance.Server, cs clientconformance.
 		coordd.WithMaxBodyBytes(cc.MaxBodyBytes),
 	)
 	url := fmt.Sprintf("http://%s/%s/go", clientconformance.URLHost, cs.Name)
-	doc, err := c.Get(context.Background(), url)
+	var opts []coordd.CallOption
+	switch cs.Call.Priority {
+	case "interactive":
+		opts = append(opts, coordd.WithPriority(coordd.Interactive))
+	case "background":
+		opts = append(opts, coordd.WithPriority(coordd.Background))
+	}
+	doc, err := c.Get(context.Background(), url, opts...)
 
 	want := cs.Want
 	if want.Document != nil {
@@ -98,6 +105,11 @@ func playCase(t *testing.T, srv *clientconformance.Server, cs clientconformance.
 	}
 	if rec.Attempts != want.Attempts {
 		t.Errorf("attempts = %d; want %d", rec.Attempts, want.Attempts)
+	}
+	for i, p := range rec.Priorities {
+		if p != cs.WantPriority() {
+			t.Errorf("attempt %d: priority %s; want %s", i+1, p, cs.WantPriority())
+		}
 	}
 	for i, least := range want.MinGapsMs {
 		if i < len(rec.GapsMs) && rec.GapsMs[i] < float64(least) {

@@ -49,7 +49,7 @@ func (c *Client) Get(ctx context.Context, url string, opts ...CallOption) (*Docu
 	co := newCallOptions(opts)
 	ctx, cancel := c.withDeadline(ctx)
 	defer cancel()
-	req := &coorddv1.GetOrFetchRequest{Url: url, Key: co.key, NoStale: co.noStale}
+	req := &coorddv1.GetOrFetchRequest{Url: url, Key: co.key, NoStale: co.noStale, Priority: co.priority}
 	if co.maxAge > 0 {
 		req.MaxAge = durationpb.New(co.maxAge)
 	}

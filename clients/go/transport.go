@@ -46,6 +46,14 @@ const (
 	ErrorHeader = "X-Coordd-Error"
 )
 
+// PriorityHeader is the request header that sets the priority of one
+// request through the Transport: "interactive" or "background" (in any
+// case), as WithPriority does for Get. The Transport removes it: it goes
+// neither to coordd's headers nor to a fallback (WithFallback). Any other
+// value, or more than one field, fails the request. Default:
+// WithDefaultPriority's. coordd's HTTP door reads the same header.
+const PriorityHeader = "X-Coordd-Priority"
+
 // TransportOption configures NewTransport.
 type TransportOption func(*transport)
 
@@ -70,11 +78,20 @@ func WithCredentialHeader(name string) TransportOption {
 	return func(t *transport) { t.credHeader = http.CanonicalHeaderKey(name) }
 }
 
+// WithDefaultPriority sets the priority of the requests that carry no
+// PriorityHeader: Background for a Transport that only a prefetch or
+// warm-up job uses. Default: none sent, which coordd takes for
+// Interactive.
+func WithDefaultPriority(p coorddv1.Priority) TransportOption {
+	return func(t *transport) { t.priority = p }
+}
+
 // transport is the http.RoundTripper NewTransport returns.
 type transport struct {
 	c          *Client
 	fallback   http.RoundTripper // nil: none
 	credHeader string            // canonical
+	priority   coorddv1.Priority // of a request without PriorityHeader
 }
 
 // NewTransport returns an http.RoundTripper that gets documents through
@@ -89,8 +106,9 @@ type transport struct {
 // drops the rest), and its Authorization header (see
 // WithCredentialHeader) goes in GetOrFetchRequest.credential: the caller's
 // own credential, used for this call's fetch, never stored, and never
-// shared with callers holding another one. A HEAD asks for the metadata
-// only.
+// shared with callers holding another one. Its PriorityHeader, if any,
+// goes in GetOrFetchRequest.priority (see WithDefaultPriority). A HEAD
+// asks for the metadata only.
 //
 // The response is the upstream's, as a plain HTTP client gets it: its
 // status (a 404 or a 429 is a response, not an error), its headers
@@ -142,20 +160,71 @@ func NewTransport(c *Client, opts ...TransportOption) http.RoundTripper {
 
 // RoundTrip implements http.RoundTripper.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if why := notCarried(req); why != "" {
-		if t.fallback != nil {
-			return t.fallback.RoundTrip(req)
-		}
+	p, err := t.priorityOf(req)
+	if err != nil {
 		if req.Body != nil {
 			req.Body.Close() // RoundTrip closes the body, even on errors
 		}
+		return nil, fmt.Errorf("coordd: %s %s: %w", req.Method, redacted(req), err)
+	}
+	if why := notCarried(req); why != "" {
+		if t.fallback != nil {
+			return t.fallback.RoundTrip(withoutPriority(req))
+		}
+		if req.Body != nil {
+			req.Body.Close()
+		}
 		return nil, fmt.Errorf("%w: %s %s: %s (WithFallback names a transport for it)", ErrNotCarried, req.Method, redacted(req), why)
 	}
-	s, err := t.c.open(req.Context(), t.request(req))
+	g := t.request(req)
+	g.Priority = p
+	s, err := t.c.open(req.Context(), g)
 	if err != nil {
 		return t.failed(req, err)
 	}
 	return httpResponse(req, s), nil
+}
+
+// priorityOf is the priority req asks for with PriorityHeader, or the
+// Transport's default.
+func (t *transport) priorityOf(req *http.Request) (coorddv1.Priority, error) {
+	var vs []string
+	for name, v := range req.Header {
+		if http.CanonicalHeaderKey(name) == PriorityHeader { // a key set by hand may not be canonical
+			vs = append(vs, v...)
+		}
+	}
+	switch {
+	case len(vs) == 0:
+		return t.priority, nil
+	case len(vs) > 1:
+		return 0, fmt.Errorf("%s: %d fields; send one", PriorityHeader, len(vs))
+	}
+	switch strings.ToLower(strings.TrimSpace(vs[0])) {
+	case "interactive":
+		return Interactive, nil
+	case "background":
+		return Background, nil
+	}
+	return 0, fmt.Errorf("%s %.64q: want interactive or background", PriorityHeader, vs[0])
+}
+
+// withoutPriority is req without PriorityHeader, for a fallback: a copy if
+// it has one, since RoundTrip must not change its request.
+func withoutPriority(req *http.Request) *http.Request {
+	var r *http.Request
+	for name := range req.Header {
+		if http.CanonicalHeaderKey(name) == PriorityHeader {
+			if r == nil {
+				r = req.Clone(req.Context())
+			}
+			delete(r.Header, name)
+		}
+	}
+	if r == nil {
+		return req
+	}
+	return r
 }
 
 // notCarried says why req cannot go through coordd, or "" if it can.
@@ -197,6 +266,9 @@ func (t *transport) request(req *http.Request) *coorddv1.GetOrFetchRequest {
 	slices.Sort(names)
 	for _, name := range names {
 		vs := req.Header[name]
+		if http.CanonicalHeaderKey(name) == PriorityHeader {
+			continue // the Transport's own; priorityOf reads it
+		}
 		if http.CanonicalHeaderKey(name) == t.credHeader {
 			if len(vs) > 0 && g.Credential == "" {
 				g.Credential = vs[0]
@@ -226,7 +298,7 @@ func (t *transport) failed(req *http.Request, err error) (*http.Response, error)
 	case codes.PermissionDenied:
 		if strings.Contains(st.Message(), "outside every configured upstream") {
 			if t.fallback != nil {
-				return t.fallback.RoundTrip(req)
+				return t.fallback.RoundTrip(withoutPriority(req))
 			}
 			return nil, fmt.Errorf("%w: %s %s: outside every upstream coordd is configured for (WithFallback names a transport for it): %w", ErrNotCarried, req.Method, redacted(req), err)
 		}

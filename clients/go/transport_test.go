@@ -588,3 +588,91 @@ func TestTransportUnreachable(t *testing.T) {
 		t.Errorf("http.Client: %v; want a *url.Error wrapping ErrUnreachable", err)
 	}
 }
+
+// TestTransportPriority: PriorityHeader sets a request's priority and is
+// never sent on, to coordd or to the fallback; WithDefaultPriority sets
+// that of requests without it; a value it does not know fails the request
+// before any call.
+func TestTransportPriority(t *testing.T) {
+	f := startFake(t, events(mdEvent(&coorddv1.Metadata{StatusCode: 200, Size: 2}), chunkEvent("ok")))
+	var fellBack atomic.Pointer[http.Request]
+	fallback := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		fellBack.Store(r)
+		return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+	})
+	plain := viaCoordd(t, f.addr, nil, coordd.WithFallback(fallback))
+	warm := viaCoordd(t, f.addr, nil, coordd.WithDefaultPriority(coordd.Background))
+	tests := []struct {
+		name string
+		hc   *http.Client
+		h    http.Header
+		want coorddv1.Priority
+	}{
+		{"no header", plain, nil, coorddv1.Priority_PRIORITY_UNSPECIFIED},
+		{"background", plain, http.Header{coordd.PriorityHeader: {"background"}}, coordd.Background},
+		{"interactive", plain, http.Header{coordd.PriorityHeader: {"interactive"}}, coordd.Interactive},
+		{"another case", plain, http.Header{coordd.PriorityHeader: {" Background"}}, coordd.Background},
+		{"not canonical", plain, http.Header{"x-coordd-priority": {"background"}}, coordd.Background},
+		{"default background", warm, nil, coordd.Background},
+		{"header over the default", warm, http.Header{coordd.PriorityHeader: {"interactive"}}, coordd.Interactive},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{"Accept": {"text/plain"}}
+			for k, v := range tc.h {
+				h[k] = v
+			}
+			res, err := get(t, tc.hc, context.Background(), http.MethodGet, "https://docs.example/p", h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			req := f.last.Load().req
+			if got := req.GetPriority(); got != tc.want {
+				t.Errorf("priority %v; want %v", got, tc.want)
+			}
+			for _, hd := range req.GetHeaders() {
+				if http.CanonicalHeaderKey(hd.GetName()) == coordd.PriorityHeader {
+					t.Errorf("%s sent to coordd as a header: %q", coordd.PriorityHeader, hd.GetValue())
+				}
+			}
+		})
+	}
+
+	// Refused before any call.
+	calls := f.calls.Load()
+	for _, h := range []http.Header{
+		{coordd.PriorityHeader: {"urgent"}},
+		{coordd.PriorityHeader: {"background", "background"}},
+	} {
+		if _, err := get(t, plain, context.Background(), http.MethodGet, "https://docs.example/p", h); err == nil || !strings.Contains(err.Error(), coordd.PriorityHeader) {
+			t.Errorf("%v: err = %v; want an error naming %s", h, err, coordd.PriorityHeader)
+		}
+	}
+	if got := f.calls.Load(); got != calls {
+		t.Errorf("%d calls reached coordd; want none", got-calls)
+	}
+
+	// A request the fallback gets loses the header, and the caller's
+	// request is left as it was.
+	req, err := http.NewRequest(http.MethodPost, "https://docs.example/p", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(coordd.PriorityHeader, "background")
+	res, err := plain.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if r := fellBack.Load(); r == nil || r.Header.Get(coordd.PriorityHeader) != "" {
+		t.Errorf("the fallback got %v; want the request without %s", r, coordd.PriorityHeader)
+	}
+	if req.Header.Get(coordd.PriorityHeader) != "background" {
+		t.Errorf("the caller's request lost its %s", coordd.PriorityHeader)
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

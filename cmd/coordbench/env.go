@@ -57,7 +57,7 @@ type instance struct {
 	m    *coordtest.Recorder   // c's events: its running flights
 	rt   *storetest.RoundTrips // rdb's round trips to Redis
 	g    *server.GRPC
-	rdb  *redis.Client
+	rdb  *redis.Client // nil in single-node mode
 	addr string
 }
 
@@ -104,21 +104,38 @@ func (e *env) startCoordd() *instance {
 // cmd/coordd wires them) for up on a free loopback port, with Redis at
 // redisURL and logs discarded. h's cleanups stop it.
 func startCoordd(h redistest.TB, redisURL string, up coordinator.Upstream) *instance {
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		h.Fatalf("redis url: %v", err)
-	}
-	timeout := 500 * time.Millisecond
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
+	return startCoorddWith(h, coorddSpec{redisURL: redisURL, cfg: coordinator.Config{Upstreams: []coordinator.Upstream{up}}})
+}
 
-	in := &instance{rdb: rdb, m: coordtest.NewRecorder(nil), rt: &storetest.RoundTrips{}}
-	rdb.AddHook(in.rt.Hook())
+// coorddSpec is what startCoorddWith runs.
+type coorddSpec struct {
+	redisURL string             // "": single-node mode, no Redis
+	cfg      coordinator.Config // its Logger defaults to discarding
+	server   []server.Option    // such as server.WithAuth
+}
+
+// startCoorddWith runs one coordd instance as s says (coordinator and gRPC
+// server, as cmd/coordd wires them) on a free loopback port. h's cleanups
+// stop it.
+func startCoorddWith(h redistest.TB, s coorddSpec) *instance {
+	in := &instance{m: coordtest.NewRecorder(nil), rt: &storetest.RoundTrips{}}
+	var rdb redis.UniversalClient
+	if s.redisURL != "" {
+		opt, err := redis.ParseURL(s.redisURL)
+		if err != nil {
+			h.Fatalf("redis url: %v", err)
+		}
+		timeout := 500 * time.Millisecond
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
+		opt.ContextTimeoutEnabled = true
+		in.rdb = redis.NewClient(opt)
+		in.rdb.AddHook(in.rt.Hook())
+		rdb = in.rdb
+	}
 	var mu sync.Mutex // protects in.g until it is set
-	cfg := coordinator.Config{
-		Upstreams: []coordinator.Upstream{up},
-		Logger:    slog.New(slog.DiscardHandler),
+	cfg := s.cfg
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb, Metrics: in.m, OnRedisHealth: func(up bool) {
 		mu.Lock()
@@ -135,14 +152,16 @@ func startCoordd(h redistest.TB, redisURL string, up coordinator.Upstream) *inst
 		h.Fatalf("listen: %v", err)
 	}
 	mu.Lock()
-	in.g = server.NewGRPC(server.New(c, cfg.Logger), server.Config{MaxConcurrentCalls: -1}) // the 10,000-stream round measures capacity, not the cap
+	in.g = server.NewGRPC(server.New(c, cfg.Logger, s.server...), server.Config{MaxConcurrentCalls: -1}) // the 10,000-stream round measures capacity, not the cap
 	mu.Unlock()
 	go func() { _ = in.g.Serve(lis) }()
 	in.c, in.addr = c, lis.Addr().String()
 	h.Cleanup(func() {
 		in.g.Stop()
 		_ = c.Close()
-		_ = rdb.Close()
+		if in.rdb != nil {
+			_ = in.rdb.Close()
+		}
 	})
 	return in
 }

@@ -5,6 +5,7 @@
 //	coordbench [--quick] [--report FILE] [--latency D] [--small N] [--large N]
 //	coordbench --swarm [--quick]
 //	coordbench --cold [--quick]
+//	coordbench --quota [--quick]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/redistest), a local
@@ -26,6 +27,12 @@
 // --cold runs only the cold path's figures (cold.go): the round trips each
 // instance makes to Redis per step for one cold key, and the leader's
 // first answer against the floor's; the full run includes them.
+// --quota runs only the quota benchmark (quota.go): three coordd
+// instances, two tenants with a credential each, against a fake API with
+// GitHub's rate limits scaled down, beside fleets with a fixed rate limit
+// set 2× too high and 4× too low and a fleet of instances pacing by the
+// headers alone; the full run (not --quick) runs it after the swarm and
+// puts its table and plot in the report.
 //
 // With --report it also writes the report (machine facts, the command, the
 // table) to FILE and the plots as PNG files beside it. --quick measures
@@ -68,6 +75,7 @@ type config struct {
 	quick     bool
 	swarm     bool          // only the agent-swarm benchmark
 	cold      bool          // only the cold path's figures
+	quota     bool          // only the quota benchmark
 	cpuProf   string        // CPU profile file; empty: none
 	blockProf string        // block profile file; empty: none
 	report    string        // report file; empty: none
@@ -102,6 +110,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cold := fs.Bool("cold", false, "run only the cold path's figures: Redis round trips per step, and the leader's first answer against the floor's")
 	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	blockProf := fs.String("blockprofile", "", "write a block profile of the run to `FILE` (every blocking event sampled)")
+	quota := fs.Bool("quota", false, "run only the quota benchmark: coordd, fixed rate limits and per-instance pacing against a fake API with GitHub-like limits (with --quick: under a minute)")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
 	small := fs.Int("small", 1<<10, "small body size in `bytes`")
@@ -117,6 +126,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, errors.New("--cold prints the cold path's table only; the full run includes it")
 	case swarm && *report != "":
 		return config{}, errors.New("--swarm prints the swarm's table only; the full run with --report includes it")
+	case *quota && *report != "":
+		return config{}, errors.New("--quota prints the quota table only; the full run with --report includes it")
+	case *quota && swarm:
+		return config{}, errors.New("--quota and --swarm each run one benchmark alone; the full run runs both")
 	case *small <= 0 || *large <= 0:
 		return config{}, errors.New("--small and --large must be positive")
 	case *latency < 0:
@@ -124,7 +137,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	c := config{
 		cpuProf: *cpuProf, blockProf: *blockProf,
-		quick: *quick, swarm: swarm, cold: *cold, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
@@ -199,17 +212,34 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "# coordbench --cold: the cold path's own cost\n%s", renderCold(cells, cfg))
 		return nil
 	}
-	// The swarm first, before the grid's environment fills the heap.
+	if cfg.quota {
+		qr, err := runQuota(ctx, h, defaultQuota(cfg.quick), progress)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, renderQuota(qr))
+		return nil
+	}
+	// The swarm and the quota benchmark first, before the grid's
+	// environment fills the heap.
 	sw, err := runSwarm(ctx, h, defaultSwarm(cfg.quick), progress)
 	if err != nil {
 		return err
+	}
+	// --quick leaves the quota benchmark out, to stay under a minute:
+	// --quota --quick runs it alone.
+	var qr *quotaResult
+	if !cfg.quick {
+		if qr, err = runQuota(ctx, h, defaultQuota(false), progress); err != nil {
+			return err
+		}
 	}
 	e := newEnv(h, cfg)
 	res, err := measure(ctx, e, progress)
 	if err != nil {
 		return err
 	}
-	res.swarm = sw
+	res.swarm, res.quota = sw, qr
 	res.elapsed = time.Since(started)
 	table := renderTable(res)
 	fmt.Fprint(stdout, table)

@@ -25,6 +25,7 @@ type results struct {
 	streams streamsResult
 	mem     memResult
 	swarm   *swarmResult // nil if not run
+	quota   *quotaResult // nil if not run
 	elapsed time.Duration
 }
 

@@ -23,6 +23,7 @@ func drawPlots(res *results, dir string) ([]string, error) {
 		{"lag-cdf.png", lagCDF},
 		{"throughput.png", throughputPlot},
 		{"swarm.png", swarmPlot},
+		{"quota.png", quotaPlot},
 	} {
 		pl, err := p.draw(res)
 		if err != nil {
@@ -208,4 +209,35 @@ func shortFleet(name string) string {
 		return "mdn-mcp + coordd"
 	}
 	return name
+}
+
+// quotaPlot draws each quota fleet's batch drain: the share of the batch
+// fetched against the time since it began, in ideal times, beside the
+// ideal pace.
+func quotaPlot(res *results) (*plot.Plot, error) {
+	qr := res.quota
+	if qr == nil || len(qr.fleets) == 0 {
+		return nil, nil
+	}
+	c := qr.cfg
+	ideal := c.ideal().Seconds()
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Quota: a batch of %d cold pages, %d requests per %v per credential", c.pages, c.limit, c.window)
+	p.X.Label.Text = "time since the batch began ÷ ideal drain time"
+	p.Y.Label.Text = "share of the batch fetched"
+	p.Legend.Top, p.Legend.Left = true, true
+	lines := []any{"ideal: remaining ÷ reset", plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 1}}}
+	for _, f := range qr.fleets {
+		xys := plotter.XYs{{X: 0, Y: 0}}
+		for i, d := range f.progress {
+			xys = append(xys, plotter.XY{X: d.Seconds() / ideal, Y: float64(i+1) / float64(c.pages)})
+		}
+		lines = append(lines, f.name, xys)
+	}
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return nil, err
+	}
+	p.X.Min, p.X.Max = 0, c.capFactor
+	p.Y.Min, p.Y.Max = 0, 1.6 // room above for the legend
+	return p, nil
 }

@@ -113,6 +113,9 @@ func renderTable(res *results) string {
 	if res.swarm != nil {
 		w("\n%s", renderSwarm(res.swarm))
 	}
+	if res.quota != nil {
+		w("\n%s", renderQuota(res.quota))
+	}
 	return b.String()
 }
 
@@ -365,7 +368,8 @@ func renderReport(res *results, table string, plots []string) string {
 	w("- **Cold path**: callers released at once (one per instance, or %d) for a new key whose upstream answers after its latency without waiting for them; each instance's round trips to Redis counted at its go-redis client (a hook: a pipeline or a script is one), the leader's split at its upstream request's arrival; the leader's first answer from the release to the first caller's last byte, less the upstream's hold as measured there, beside the floor's. `go run ./cmd/coordbench --cold` prints these two tables alone.\n", res.cfg.lagCallers)
 	w("- **Warm hits**: callers loop `Get` (clients/go, zero-copy receive) on a document already in L1 (for the polling baseline: in its map).\n")
 	w("- **Memory**: live heap after a forced GC, before and after filling, divided by the documents; GC figures from forced `runtime.GC()` calls.\n")
-	w("- **Agent swarm**: A go-sdk MCP clients over Streamable HTTP, spread round-robin over M replicas, start at once and run sub-tasks (mdn_search, then mdn_doc twice, pages drawn from a Zipf popularity) against each fleet in turn, each fleet cold. The local MDN sits behind an edge limiter like Cloudflare's (one client IP, a one-second count, 429 with Retry-After past R, a block for a client that keeps asking); upstream requests and 429s are counted there, failed calls and latency at the agents. `go run ./cmd/coordbench --swarm` prints this table alone; `--swarm --quick` a smaller swarm. The mdn-mcp replicas of the coordd fleet are separate processes (`go build ./cmd/mdn-mcp`); the baselines' MCP servers run in this process, each with its own cache, as separate processes would be.\n\n")
+	w("- **Agent swarm**: A go-sdk MCP clients over Streamable HTTP, spread round-robin over M replicas, start at once and run sub-tasks (mdn_search, then mdn_doc twice, pages drawn from a Zipf popularity) against each fleet in turn, each fleet cold. The local MDN sits behind an edge limiter like Cloudflare's (one client IP, a one-second count, 429 with Retry-After past R, a block for a client that keeps asking); upstream requests and 429s are counted there, failed calls and latency at the agents. `go run ./cmd/coordbench --swarm` prints this table alone; `--swarm --quick` a smaller swarm. The mdn-mcp replicas of the coordd fleet are separate processes (`go build ./cmd/mdn-mcp`); the baselines' MCP servers run in this process, each with its own cache, as separate processes would be.\n")
+	w("- **Quota**: a fake API with GitHub's rate limits, scaled down (internal/fakeapi: N requests per window per credential, x-ratelimit-* headers as GitHub sends them, 403 past the limit; a secondary limit of C concurrent requests, 403 with Retry-After), in front of four fleets in turn, each cold: coordd (3 instances sharing Redis, pacing by the quota the headers announce, per credential, with max_in_flight and fair queuing between tenants), the same with a fixed rate_limit 2× too high and 4× too low (learn_quota off), and 3 instances without Redis each pacing by the headers alone (as octokit without clustering). Two tenants, each with its own credential: a heavy one asks for a batch of cold pages at once (background priority), a light one's agents ask for a cold page each at a steady pace (interactive). Refusals and the requests per window are counted at the fake API; waits at the callers. The definitions are under the table. `go run ./cmd/coordbench --quota` prints this table alone; `--quota --quick` in under a minute.\n\n")
 	w("%s\n", demoteHeadings(table))
 	if len(plots) > 0 {
 		w("## Plots\n\n")

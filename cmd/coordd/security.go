@@ -77,6 +77,11 @@ type tenantConfig struct {
 	// upstream it is granted): its calls send them instead of the
 	// upstream's credential.
 	Credentials map[string]*upstream.Credential `yaml:"credentials"`
+	// Weight is the tenant's share of an upstream's slots while fetches of
+	// several tenants wait for them: weight 2 gets twice the slots of
+	// weight 1, and a share nobody uses goes to whoever waits. 1..1000.
+	// Default: 1.
+	Weight *int `yaml:"weight"`
 }
 
 // tlsConfig is the gRPC listener's TLS.
@@ -164,7 +169,14 @@ func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]serve
 		if err != nil {
 			errs = append(errs, err)
 		}
-		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks}
+		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks, Weight: 1}
+		if tc.Weight != nil {
+			if w := *tc.Weight; w < 1 || w > server.MaxWeight {
+				errs = append(errs, fmt.Errorf("%s.weight: %d must be between 1 and %d", field, w, server.MaxWeight))
+			} else {
+				t.Weight = w
+			}
+		}
 		switch {
 		case tc.Upstreams == nil:
 			errs = append(errs, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field))

@@ -45,6 +45,8 @@ func TestBadSecurityConfigNamesField(t *testing.T) {
 		{"short token", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_SHORT\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens[0]"},
 		{"bad tenant name", "tenants:\n  - name: a/b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[0].name"},
 		{"shared token", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n  - name: b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[1] (b).tokens[0]"},
+		{"tenant weight 0", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n    weight: 0\n", "tenants[0] (a).weight"},
+		{"tenant weight too large", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n    weight: 1001\n", "tenants[0] (a).weight"},
 		{"tls without key", "tls:\n  cert_file: /x.pem\n", "tls"},
 		{"tls cert missing", "tls:\n  cert_file: /nonexistent.pem\n  key_file: /nonexistent-key.pem\n", "tls.cert_file"},
 		{"redis ca without rediss", "redis: redis://127.0.0.1:1/0\nredis_tls_ca_file: /x.pem\n", "redis_tls_ca_file"},

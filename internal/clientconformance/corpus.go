@@ -38,6 +38,8 @@ type Case struct {
 	// Client is the client's configuration: the corpus's defaults with the
 	// case's own fields over them.
 	Client ClientConfig `json:"client"`
+	// Call is the call's own options.
+	Call CallConfig `json:"call"`
 	// Attempts scripts the server's behaviour, one list of steps per
 	// attempt, in order. An attempt beyond the script is answered with
 	// ABORTED and reported as a problem.
@@ -58,6 +60,13 @@ type ClientConfig struct {
 	TimeoutMs int64 `json:"timeout_ms"`
 	// MaxBodyBytes is the largest body the client accepts; 0: no limit.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
+}
+
+// CallConfig is how a runner makes its call for a case.
+type CallConfig struct {
+	// Priority, if set, is the priority the runner gives the call, as the
+	// client names it: "interactive" or "background".
+	Priority string `json:"priority,omitempty"`
 }
 
 // Step is one thing the server does in an attempt: exactly one field is
@@ -116,6 +125,17 @@ type Want struct {
 	// attempt i+2, as the server sees them. Lower bounds only: a busy
 	// machine may always wait longer.
 	MinGapsMs []int64 `json:"min_gaps_ms,omitempty"`
+	// Priority is the coordd.v1.Priority every attempt's request carries,
+	// by name. Default: PRIORITY_UNSPECIFIED (the call sends none).
+	Priority string `json:"priority,omitempty"`
+}
+
+// WantPriority is the priority every attempt of c must carry, by name.
+func (c *Case) WantPriority() string {
+	if c.Want.Priority == "" {
+		return coorddv1.Priority_PRIORITY_UNSPECIFIED.String()
+	}
+	return c.Want.Priority
 }
 
 // The client's own errors, as Want.Error names them.
@@ -223,6 +243,14 @@ func (c *Case) validate() error {
 				return fmt.Errorf("want.document.progress: unknown stage %q", p)
 			}
 		}
+	}
+	switch c.Call.Priority {
+	case "", "interactive", "background":
+	default:
+		return fmt.Errorf("call.priority %q: want interactive or background", c.Call.Priority)
+	}
+	if _, ok := coorddv1.Priority_value[c.WantPriority()]; !ok {
+		return fmt.Errorf("want.priority: unknown priority %q", w.Priority)
 	}
 	if w.Attempts < 1 || w.Attempts > len(c.Attempts) {
 		return fmt.Errorf("want.attempts %d: want 1 to the %d scripted", w.Attempts, len(c.Attempts))

@@ -31,6 +31,9 @@ func TestLoadRefuses(t *testing.T) {
 		{"step after status", strings.Replace(ok, `[[`, `[[{"status": {"code": "UNAVAILABLE"}}, `, 1), "nothing may follow"},
 		{"unknown code", strings.Replace(ok, `{"document": {"body": ""}`, `{"error": "NOPE"`, 1), "not a gRPC code"},
 		{"duplicate name", ok + "," + ok, "twice"},
+		{"unknown call field", strings.Replace(ok, `"about"`, `"call": {"deadline": 1}, "about"`, 1), "unknown field"},
+		{"unknown call priority", strings.Replace(ok, `"about"`, `"call": {"priority": "urgent"}, "about"`, 1), "call.priority"},
+		{"unknown want priority", strings.Replace(ok, `"attempts": 1}`, `"attempts": 1, "priority": "PRIORITY_URGENT"}`, 1), "want.priority"},
 		{"no cases", "", "no cases"},
 	}
 	for _, tt := range tests {

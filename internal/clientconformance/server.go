@@ -53,6 +53,7 @@ type Server struct {
 // run is what the server saw of one url.
 type run struct {
 	starts, ends []time.Duration // per attempt; an end is when its status was sent or its connection cut
+	priorities   []string        // per attempt: the request's priority, by name
 	problems     []string
 }
 
@@ -63,6 +64,10 @@ type Record struct {
 	// GapsMs[i] is the time from the end of attempt i+1 to the start of
 	// attempt i+2, in milliseconds.
 	GapsMs []float64 `json:"gaps_ms"`
+	// Priorities[i] is the priority the request of attempt i+1 carried, by
+	// name ("PRIORITY_BACKGROUND"; a value the protocol does not know, by
+	// number).
+	Priorities []string `json:"priorities"`
 	// Problems are calls the server could not play: an unknown case, an
 	// attempt beyond the script. A runner fails on any.
 	Problems []string `json:"problems"`
@@ -114,7 +119,7 @@ func (s *Server) Close() {
 func (s *Server) Record(u string) Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Record{GapsMs: []float64{}, Problems: []string{}}
+	r := Record{GapsMs: []float64{}, Priorities: []string{}, Problems: []string{}}
 	rn := s.runs[u]
 	if rn == nil {
 		return r
@@ -124,6 +129,7 @@ func (s *Server) Record(u string) Record {
 		gap := rn.starts[i] - rn.ends[i-1]
 		r.GapsMs = append(r.GapsMs, float64(gap)/float64(time.Millisecond))
 	}
+	r.Priorities = append(r.Priorities, rn.priorities...)
 	r.Problems = append(r.Problems, rn.problems...)
 	return r
 }
@@ -138,9 +144,10 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(s.Record(u))
 }
 
-// begin records the start of an attempt for u and returns its number (from
-// 1), and the case to play, or a problem.
-func (s *Server) begin(u string) (int, Case, error) {
+// begin records the start of an attempt for u, whose request carried
+// priority, and returns its number (from 1), and the case to play, or a
+// problem.
+func (s *Server) begin(u string, priority coorddv1.Priority) (int, Case, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rn := s.runs[u]
@@ -150,6 +157,7 @@ func (s *Server) begin(u string) (int, Case, error) {
 	}
 	rn.starts = append(rn.starts, time.Since(s.start))
 	rn.ends = append(rn.ends, time.Since(s.start)) // until end says otherwise
+	rn.priorities = append(rn.priorities, priority.String())
 	n := len(rn.starts)
 	cs, err := s.caseOf(u)
 	if err == nil && n > len(cs.Attempts) {
@@ -200,7 +208,7 @@ func (sv service) GetOrFetch(req *coorddv1.GetOrFetchRequest, st grpc.ServerStre
 		_ = conn.Conn.Close()
 		return status.Error(codes.Unavailable, "clientconformance: connection already cut")
 	}
-	n, cs, err := s.begin(u)
+	n, cs, err := s.begin(u, req.GetPriority())
 	if err != nil {
 		return status.Error(codes.Aborted, "clientconformance: "+err.Error())
 	}

@@ -14,6 +14,16 @@ type Admit struct {
 	Probes   int           // half-open probe slots
 	Lease    time.Duration // of a half-open probe slot
 	TTL      time.Duration // of the guard's hash
+	// Quota, when set, has the attempt spend a learned quota: its
+	// credential Scope's ("" none), in the partition its Route (the url's
+	// first path segment) was last answered under, else Partition. Its
+	// pacing floors the slot, and the slot books one request of it. Burst
+	// is the slots of headroom the pacing allows; Background keeps the
+	// window's reserve for fetches callers wait on.
+	Quota                   bool
+	Scope, Partition, Route string
+	Burst                   int
+	Background              bool
 }
 
 // Admission is the shared guard's answer to an Admit.
@@ -24,6 +34,8 @@ type Admission struct {
 	Changed string        // "half" when the breaker turned half-open; else ""
 	Probe   int           // half-open probe slot held, 1-based; 0: none
 	Backoff time.Duration // how much of Wait is the upstream's backoff
+	Paced   time.Duration // how much of Wait the learned quota's pacing asks
+	Unknown bool          // the attempt named a quota that no answer has announced yet
 }
 
 // Record tells the shared guard an attempt's outcome (store's
@@ -41,6 +53,34 @@ type Record struct {
 	CloseAfter       int
 	Probes           int
 	TTL              time.Duration // of the guard's hash
+	// Quota, when set, is what the answer announced of its quota.
+	Quota *QuotaNote
+}
+
+// QuotaNote is a quota an answer announced (upstream.Quota), to learn
+// into the hash of the credential Scope, for its Partition, which Route
+// is then known to be counted in.
+type QuotaNote struct {
+	Scope     string
+	Route     string
+	Remaining int64
+	Limit     int64         // 0: not said
+	Reset     time.Duration // from the answer's arrival
+	Partition string
+	Source    string // the header it was read from
+	Label     string // whose credential, for a status page
+}
+
+// QuotaState is a learned quota as a status page shows it.
+type QuotaState struct {
+	Key       string // "scope|partition"; the scope is a keyed hash
+	Label     string
+	Partition string
+	Source    string
+	Limit     int64
+	Remaining int64         // after the slots booked
+	Reset     time.Duration // from now; 0 when the window is unknown
+	Age       time.Duration // since the last announcement
 }
 
 // GuardState is the shared guard of one upstream as a status page shows
@@ -57,4 +97,45 @@ type GuardState struct {
 	// Backoff is how long the backoff the upstream asked for (Retry-After)
 	// still holds every slot; 0: none.
 	Backoff time.Duration
+	// Quotas are the quotas learned from the upstream's answers.
+	Quotas []QuotaState
 }
+
+// Acquire asks the shared semaphore of one upstream's credential scope
+// for a slot in flight (store's acquireSlotScript), waiting up to MaxWait
+// for one to free.
+type Acquire struct {
+	Now     func() time.Time // nil: Redis's clock
+	Max     int              // slots in flight at most, across every instance; at least 1
+	Lease   time.Duration    // how long a slot is held unless released first
+	MaxWait time.Duration    // how long to wait for a slot; 0: take one only if free now
+	// Waiting, when set, is called once, when the first try finds every
+	// slot taken and the caller is to wait: held is the slots taken, wait
+	// how long until the earliest lease ends.
+	Waiting func(held int, wait time.Duration)
+}
+
+// Slot is the shared semaphore's answer to an Acquire.
+type Slot struct {
+	// Token names the slot held, for its release; "" when none was taken
+	// within MaxWait.
+	Token string
+	// Held is how many slots were taken, this one included, at the last
+	// try.
+	Held int
+	// Wait is, when no slot was taken, how long until the earliest lease
+	// ends (a hint for Retry-After); else 0.
+	Wait time.Duration
+}
+
+// Release gives a slot in flight back (store's releaseSlotScript).
+type Release struct {
+	Now   time.Time // zero: Redis's clock
+	Token string    // Slot.Token
+	Max   int       // as in the Acquire: a release wakes waiters only when every slot was taken
+}
+
+// InFlight is what one upstream's shared semaphores hold, as a status
+// page shows it: the live slots of each credential scope ("" for the
+// fetches without a credential) that holds one.
+type InFlight map[string]int

@@ -43,6 +43,8 @@ type Registry struct {
 	rejected         *prometheus.CounterVec // upstream
 	rateWait         *prometheus.HistogramVec
 	rateRefused      *prometheus.CounterVec // upstream
+	quotaRemaining   *prometheus.GaugeVec   // upstream, partition
+	quotaLimit       *prometheus.GaugeVec   // upstream, partition
 	locks            *prometheus.CounterVec // outcome
 	extensions       *prometheus.CounterVec // result
 	timerWakeups     prometheus.Counter
@@ -98,7 +100,11 @@ func New() *Registry {
 			Help:    "Waits for a rate-limit slot, or for the end of an upstream's Retry-After.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"upstream"}),
-		rateRefused:      counter("coordd_ratelimit_refused_total", "Fetches refused because the next rate-limit slot started past the time they could wait.", "upstream"),
+		rateRefused: counter("coordd_ratelimit_refused_total", "Fetches refused because the next rate-limit slot started past the time they could wait.", "upstream"),
+		quotaRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_upstream_quota_remaining",
+			Help: "Requests left in an upstream's announced quota, by partition, summed over the credentials whose answers this instance saw last."}, []string{"upstream", "partition"}),
+		quotaLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_upstream_quota_limit",
+			Help: "An upstream's announced quota per window, by partition, summed over the credentials whose answers this instance saw last (0: not said)."}, []string{"upstream", "partition"}),
 		locks:            counter("coordd_lock_attempts_total", "Attempts at a key's fill lock, by outcome: acquired, contended (another instance holds it), unavailable (Redis down or silent).", "outcome"),
 		extensions:       counter("coordd_lock_extensions_total", "Lease extensions by the watchdog of a held fill lock, by result: ok, lost, error.", "result"),
 		timerWakeups:     prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_timer_wakeups_total", Help: "Followers woken by the end of a lock lease instead of a push (a lock takeover); 0 unless a holder died or a push was lost."}),
@@ -117,7 +123,7 @@ func New() *Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.grpc,
 		r.requests, r.followers, r.followerLag, r.upstream, r.fetches, r.retries, r.transitions, r.rejected,
-		r.rateWait, r.rateRefused, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
+		r.rateWait, r.rateRefused, r.quotaRemaining, r.quotaLimit, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
 		r.httpRequests, r.httpDuration,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
@@ -252,6 +258,12 @@ func (r *Registry) RateLimitWait(upstream string, d time.Duration) {
 
 // RateLimitRefused implements coordinator.Metrics.
 func (r *Registry) RateLimitRefused(upstream string) { r.rateRefused.WithLabelValues(upstream).Inc() }
+
+// UpstreamQuota implements coordinator.Metrics.
+func (r *Registry) UpstreamQuota(upstream, partition string, remaining, limit int64) {
+	r.quotaRemaining.WithLabelValues(upstream, partition).Set(float64(remaining))
+	r.quotaLimit.WithLabelValues(upstream, partition).Set(float64(limit))
+}
 
 // Lock implements coordinator.Metrics.
 func (r *Registry) Lock(outcome string) { r.locks.WithLabelValues(outcome).Inc() }

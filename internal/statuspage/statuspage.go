@@ -104,6 +104,7 @@ type View struct {
 	Now       time.Time      `json:"now"`
 	Flights   []FlightView   `json:"flights"`
 	Upstreams []UpstreamView `json:"upstreams"`
+	Quotas    []QuotaView    `json:"quotas"`
 	Redis     RedisView      `json:"redis"`
 	L1        L1View         `json:"l1"`
 	Windows   []WindowView   `json:"windows"`
@@ -136,12 +137,34 @@ type UpstreamView struct {
 	FreeSlots        *int    `json:"free_slots"` // null: no limit
 	NextSlotSeconds  float64 `json:"next_slot_seconds"`
 	BackoffSeconds   float64 `json:"backoff_seconds"`
-	RetryBudget      struct {
+	// InFlight is the requests in flight, by Scope's count, over every
+	// credential scope; InFlightScopes the scopes holding one, and
+	// InFlightBusiest the most one of them holds, of MaxInFlight (0: no
+	// cap).
+	InFlight        int `json:"in_flight"`
+	InFlightScopes  int `json:"in_flight_scopes"`
+	InFlightBusiest int `json:"in_flight_busiest"`
+	MaxInFlight     int `json:"max_in_flight"`
+	RetryBudget     struct {
 		Left          int     `json:"left"`
 		Requests      int     `json:"requests"`
 		Retries       int     `json:"retries"`
 		WindowSeconds float64 `json:"window_seconds"`
 	} `json:"retry_budget"`
+}
+
+// QuotaView is a quota learned from an upstream's answers
+// (upstream.QuotaStatus): whose credential it counts, never the
+// credential.
+type QuotaView struct {
+	Upstream     string  `json:"upstream"`
+	Whose        string  `json:"whose"`     // "upstream", "tenant NAME", "caller", "no credential"
+	Partition    string  `json:"partition"` // "" the default
+	Source       string  `json:"source"`    // the header it was read from
+	Limit        int64   `json:"limit"`     // per window; 0: not said
+	Remaining    int64   `json:"remaining"` // after the slots booked
+	ResetSeconds float64 `json:"reset_seconds"`
+	AgeSeconds   float64 `json:"age_seconds"` // since the last answer that announced it
 }
 
 // RedisView is coordinator.RedisStatus.
@@ -219,8 +242,13 @@ func NewView(s coordinator.Status, instance string) View {
 		}
 		v.Flights = append(v.Flights, fv)
 	}
+	v.Quotas = []QuotaView{}
 	for _, u := range s.Upstreams {
 		v.Upstreams = append(v.Upstreams, upstreamView(u.Name, u.Guard))
+		for _, q := range u.Guard.Quotas {
+			v.Quotas = append(v.Quotas, QuotaView{Upstream: u.Name, Whose: q.Label, Partition: q.Partition, Source: q.Source,
+				Limit: q.Limit, Remaining: q.Remaining, ResetSeconds: q.Reset.Seconds(), AgeSeconds: q.Age.Seconds()})
+		}
 	}
 	for _, w := range s.Windows {
 		wv := WindowView{
@@ -245,6 +273,7 @@ func upstreamView(name string, g coordinator.GuardStatus) UpstreamView {
 	u := UpstreamView{
 		Name: name, Scope: g.Scope, Breaker: g.Breaker, NextProbeSeconds: g.NextProbe.Seconds(),
 		RateLimit: g.RateLimit, Burst: g.Burst, NextSlotSeconds: g.NextSlot.Seconds(), BackoffSeconds: g.Backoff.Seconds(),
+		InFlight: g.InFlight.Held, InFlightScopes: g.InFlight.Scopes, InFlightBusiest: g.InFlight.Busiest, MaxInFlight: g.MaxInFlight,
 	}
 	if g.FreeSlots >= 0 {
 		u.FreeSlots = &g.FreeSlots

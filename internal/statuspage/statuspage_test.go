@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/statuspage"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // fixed is a Source of one Status.
@@ -158,5 +159,41 @@ func TestL1AndRatiosExplained(t *testing.T) {
 	}
 	if v.L1 != (statuspage.L1View{Bytes: 16 << 20, MaxBytes: 256 << 20, DocumentBytes: 5500, Entries: 5}) || !strings.Contains(body, `"document_bytes": 5500`) {
 		t.Errorf("status.json l1 = %+v; want 5 documents of 5500 bytes in 16 MiB of 256 MiB, as document_bytes", v.L1)
+	}
+}
+
+// TestSlotsInFlightShown: an upstream's slots in flight are on the page
+// and in status.json, beside the cap; an upstream without one says so.
+func TestSlotsInFlightShown(t *testing.T) {
+	s := coordinator.Status{Upstreams: []coordinator.UpstreamStatus{
+		{Name: "github", Guard: coordinator.GuardStatus{Scope: "cluster", Breaker: "closed", MaxInFlight: 100,
+			InFlight: upstream.InFlightCount{Held: 7, Busiest: 5, Scopes: 2}}},
+		{Name: "mdn", Guard: coordinator.GuardStatus{Scope: "cluster", Breaker: "closed"}},
+	}}
+	v := statuspage.NewView(s, "test-instance")
+	if u := v.Upstreams[0]; u.InFlight != 7 || u.InFlightBusiest != 5 || u.InFlightScopes != 2 || u.MaxInFlight != 100 {
+		t.Errorf("github = %+v; want 7 in flight, 5 of 100 in the busiest of 2 scopes", u)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"in_flight":7`, `"max_in_flight":100`, `"in_flight":0`, `"max_in_flight":0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("status.json lacks %s", want)
+		}
+	}
+	srv := httptest.NewServer(statuspage.Handler(fixed(s), "test-instance", slog.New(slog.DiscardHandler)))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + statuspage.PagePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{">slots in flight<", "7 <span", "busiest scope 5 of 100; 2 scopes", ">no cap<"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("page lacks %q", want)
+		}
 	}
 }

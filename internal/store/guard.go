@@ -29,14 +29,54 @@ end
 local function fmt(n) return string.format('%.0f', n) end
 `
 
+// luaQuota reads a learned quota from its credential scope's hash
+// (KEYS[2] when ARGV[8] is '1'): the partition the route ARGV[12] was
+// last answered under (field route|ROUTE), else ARGV[11]; then that
+// partition's fields, each named FIELD|PARTITION: rem (requests left after
+// the slots booked; absent: window unknown), reset (µs), tat (µs: the next
+// slot's earliest start), limit, win (µs: the longest reset seen), src,
+// label, seen (µs). roll and edge are the same arithmetic as upstream's
+// quotaWindow.
+const luaQuota = `
+local qk, part = nil, ''
+if ARGV[8] == '1' then
+  qk, part = KEYS[2], ARGV[11]
+  local m = redis.call('HGET', qk, 'route|' .. ARGV[12])
+  if m then part = m end
+end
+local qrem, qreset, qtat, qlimit, qwin = nil, 0, 0, 0, 0
+if qk then
+  local q = redis.call('HMGET', qk, 'rem|' .. part, 'reset|' .. part, 'tat|' .. part, 'limit|' .. part, 'win|' .. part)
+  qrem, qreset, qtat = tonumber(q[1]), tonumber(q[2]) or 0, tonumber(q[3]) or 0
+  qlimit, qwin = tonumber(q[4]) or 0, tonumber(q[5]) or 0
+end
+local function margin() return math.min(1000000, math.floor(qwin / 10)) end
+local function edge() return qreset + margin() end
+local function roll(t)
+  if qrem and edge() <= t then
+    if qlimit > 0 and qwin > 0 then
+      qreset = qreset + (math.floor((t - qreset) / qwin) + 1) * qwin
+      qrem = qlimit
+    else
+      qrem = nil
+    end
+  end
+end
+`
+
 // admitScript: ARGV = now, interval µs (0: no limit), tau µs, max wait
-// µs, probe slots, probe lease µs, key ttl ms. It returns {verdict, wait
-// µs, gen, the state it changed to (empty if none), probe slot, backoff
-// µs}.
-var admitScript = replaySafe(luaNow + `
+// µs, probe slots, probe lease µs, key ttl ms, quota ('1': KEYS[2] is the
+// credential scope's learned quotas), burst, background ('1'), partition,
+// route (see luaQuota). It returns {verdict,
+// wait µs, gen, the state it changed to (empty if none), probe slot,
+// backoff µs, paced µs}, and when admitted, 1 if the quota is not known
+// yet. Verdict 'again' books nothing: the quota's window is spent, and the
+// attempt asks again after wait, when the next one begins.
+var admitScript = replaySafe(luaNow + luaQuota + `
 local h = KEYS[1]
 local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probes, lease, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local burst, bg = tonumber(ARGV[9]), ARGV[10]
 local v = redis.call('HMGET', h, 'state', 'until', 'gen', 'tat', 'backoff')
 local state = v[1] or 'closed'
 local untl, gen = tonumber(v[2]) or 0, tonumber(v[3]) or 0
@@ -44,7 +84,7 @@ local tat, backoff = tonumber(v[4]) or 0, tonumber(v[5]) or 0
 local changed = ''
 if state == 'open' then
   if now < untl then
-    return {'open', untl - now, gen, '', 0, 0}
+    return {'open', untl - now, gen, '', 0, 0, 0}
   end
   state, gen, changed = 'half', gen + 1, 'half'
   redis.call('HSET', h, 'state', state, 'gen', gen, 'succ', 0)
@@ -60,26 +100,66 @@ if state == 'half' then
   end
   if slot == 0 then
     redis.call('PEXPIRE', h, ttl)
-    return {'open', 0, gen, changed, 0, 0}
+    return {'open', 0, gen, changed, 0, 0, 0}
   end
 end
-local at = math.max(now, backoff)
+local at = now
+roll(now)
+local unknown = 0
+if qk and not qrem then unknown = 1 end
+if qrem then
+  if bg == '1' and qrem <= math.max(1, math.floor(qlimit / 10)) then
+    redis.call('PEXPIRE', h, ttl)
+    return {'limited', edge() - now, gen, changed, 0, 0, edge() - now}
+  end
+  local again = qrem <= 0
+  if not again then
+    at = math.max(now, qtat - (burst - 1) * (math.max(qreset - margin() - now, 0) / qrem))
+    again = at >= qreset - margin()
+  end
+  if again then
+    redis.call('PEXPIRE', h, ttl)
+    local verdict = 'again'
+    if edge() - now > maxwait then verdict = 'limited' end
+    return {verdict, edge() - now, gen, changed, 0, 0, edge() - now}
+  end
+end
+local paced = at - now
+at = math.max(at, backoff)
 if interval > 0 then at = math.max(at, tat - tau) end
 local boff = math.max(backoff - now, 0)
 if at - now > maxwait then
   redis.call('PEXPIRE', h, ttl)
-  return {'limited', at - now, gen, changed, 0, boff}
+  return {'limited', at - now, gen, changed, 0, boff, paced}
 end
 if interval > 0 then redis.call('HSET', h, 'tat', fmt(math.max(tat, at) + interval)) end
 if slot > 0 then redis.call('HSET', h, 'p' .. slot, fmt(at + lease)) end
 redis.call('PEXPIRE', h, ttl)
-return {'ok', at - now, gen, changed, slot, boff}
+if qk then
+  roll(at)
+  if qrem then
+    local nxt = math.max(qtat, at) + math.max(qreset - margin() - at, 0) / math.max(qrem, 1)
+    qrem = qrem - 1
+    if qrem <= 0 then
+      qrem, qtat = 0, edge()
+    else
+      qtat = nxt
+    end
+    redis.call('HSET', qk, 'rem|' .. part, fmt(qrem), 'reset|' .. part, fmt(qreset), 'tat|' .. part, fmt(qtat))
+  else
+    redis.call('HDEL', qk, 'rem|' .. part)
+  end
+end
+return {'ok', at - now, gen, changed, slot, boff, paced, unknown}
 `)
 
 // recordScript: ARGV = now, outcome ('s', 'f' or 'n'), gen, probe slot,
 // backoff µs, failure threshold, failure rate, min requests, window µs,
-// open for µs, close after, probe slots, key ttl ms. It returns {the
-// state before, the state it changed to (empty if none)}.
+// open for µs, close after, probe slots, key ttl ms, and for a quota the
+// answer announced (KEYS[2] its credential scope's hash, KEYS[3] the
+// upstream's index of scopes): remaining, limit (0: not said), reset µs
+// from now, partition, source, label, the scope, the route answered. It returns {the state
+// before, the state it changed to (empty if none)}.
 var recordScript = replaySafe(luaNow + `
 local h = KEYS[1]
 local o, gen, slot, boff = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -141,11 +221,63 @@ if gen == cur then
   end
 end
 redis.call('PEXPIRE', h, ttl)
+if #KEYS == 4 then
+  local qk, part = KEYS[2], ARGV[17]
+  local arem, alimit, areset = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+  local known = redis.call('HEXISTS', qk, 'seen|' .. part) == 1
+  if known or redis.call('HLEN', qk) < 1024 then
+    local q = redis.call('HMGET', qk, 'rem|' .. part, 'reset|' .. part, 'tat|' .. part, 'limit|' .. part, 'win|' .. part)
+    local rem, reset, qtat = tonumber(q[1]), tonumber(q[2]) or 0, tonumber(q[3]) or 0
+    local limit, win = tonumber(q[4]) or 0, tonumber(q[5]) or 0
+    if rem and reset + math.min(1000000, math.floor(win / 10)) <= now then
+      if limit > 0 and win > 0 then
+        reset = reset + (math.floor((now - reset) / win) + 1) * win
+        rem = limit
+      else
+        rem = nil
+      end
+    end
+    local nreset = now + areset
+    if not rem or nreset > reset + 1000000 then
+      rem, reset = arem, nreset
+    else
+      rem = math.min(rem, arem)
+      reset = math.max(reset, nreset)
+    end
+    win = math.max(win, areset)
+    local f = {'rem|' .. part, fmt(rem), 'reset|' .. part, fmt(reset), 'win|' .. part, fmt(win),
+      'src|' .. part, ARGV[18], 'label|' .. part, ARGV[19], 'seen|' .. part, fmt(now), 'route|' .. ARGV[21], part}
+    if alimit > 0 then
+      f[#f + 1] = 'limit|' .. part
+      f[#f + 1] = fmt(alimit)
+    end
+    local edge = reset + math.min(1000000, math.floor(win / 10))
+    if rem == 0 and qtat < edge then
+      f[#f + 1] = 'tat|' .. part
+      f[#f + 1] = fmt(edge)
+    end
+    redis.call('HSET', qk, unpack(f))
+    local keep = ttl + math.floor(math.max(reset - now, win) / 1000)
+    if redis.call('PTTL', qk) < keep then redis.call('PEXPIRE', qk, keep) end
+    redis.call('SADD', KEYS[3], ARGV[20])
+    if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end
+  end
+end
 return {from, changed}
 `)
 
 // guardKey is the hash of upstream's shared guard.
 func (r *Redis) guardKey(upstream string) string { return r.prefix + "protect:{" + upstream + "}" }
+
+// quotaKey is the hash of the quotas learned for one credential scope of
+// upstream ("" none), in the guard's slot.
+func (r *Redis) quotaKey(upstream, scope string) string {
+	return r.prefix + "quota:{" + upstream + "}:" + scope
+}
+
+// quotaIndex is the set of upstream's credential scopes with learned
+// quotas.
+func (r *Redis) quotaIndex(upstream string) string { return r.prefix + "quotas:{" + upstream + "}" }
 
 // The guard's messages, shared with package upstream, whose guards ask
 // them (upstream.Shared).
@@ -170,17 +302,25 @@ func clock(now time.Time) string {
 // trip. It fails fast while Redis is down.
 func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission, error) {
 	key := r.guardKey(upstream)
+	keys, quota := []string{key}, "0"
+	if a.Quota {
+		keys, quota = append(keys, r.quotaKey(upstream, a.Scope)), "1"
+	}
+	bg := "0"
+	if a.Background {
+		bg = "1"
+	}
 	args := []any{clock(a.Now), a.Interval.Microseconds(), a.Tau.Microseconds(), a.MaxWait.Microseconds(),
-		a.Probes, a.Lease.Microseconds(), a.TTL.Milliseconds()}
+		a.Probes, a.Lease.Microseconds(), a.TTL.Milliseconds(), quota, max(a.Burst, 1), bg, a.Partition, a.Route}
 	var res []any
 	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
-		res, err = r.runOnce(ctx, admitScript, key, []string{key}, args...).Slice()
+		res, err = r.runOnce(ctx, admitScript, key, keys, args...).Slice()
 		return err
 	})
 	if err != nil {
 		return Admission{}, err
 	}
-	if len(res) != 6 {
+	if len(res) != 7 && len(res) != 8 {
 		return Admission{}, fmt.Errorf("%w: admit script answered %v", ErrUnavailable, res)
 	}
 	verdict, _ := res[0].(string)
@@ -192,6 +332,8 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 		Changed: changed,
 		Probe:   int(asInt(res[4])),
 		Backoff: time.Duration(asInt(res[5])) * time.Microsecond,
+		Paced:   time.Duration(asInt(res[6])) * time.Microsecond,
+		Unknown: len(res) == 8 && asInt(res[7]) == 1,
 	}, nil
 }
 
@@ -204,9 +346,14 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 	args := []any{clock(o.Now), o.Outcome, o.Gen, o.Probe, o.Backoff.Microseconds(),
 		o.FailureThreshold, o.FailureRate, o.MinRequests, o.Window.Microseconds(),
 		o.OpenFor.Microseconds(), o.CloseAfter, o.Probes, o.TTL.Milliseconds()}
+	keys := []string{key}
+	if q := o.Quota; q != nil {
+		keys = append(keys, r.quotaKey(upstream, q.Scope), r.quotaIndex(upstream))
+		args = append(args, q.Remaining, q.Limit, q.Reset.Microseconds(), q.Partition, q.Source, q.Label, q.Scope, q.Route)
+	}
 	var res []any
 	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
-		res, err = r.runOnce(ctx, recordScript, key, []string{key}, args...).Slice()
+		res, err = r.runOnce(ctx, recordScript, key, keys, args...).Slice()
 		return err
 	})
 	if err != nil {

@@ -21,6 +21,10 @@ func (l Layout) GenKey(id string) string { return l.store().genKey(id) }
 // GuardKey is the key of upstream's shared guard.
 func (l Layout) GuardKey(upstream string) string { return l.store().guardKey(upstream) }
 
+// SlotKey is the set of upstream's slots in flight for a credential
+// scope ("" for the fetches without one), in the guard's slot.
+func (l Layout) SlotKey(upstream, scope string) string { return l.store().slotKey(upstream, scope) }
+
 // Channel is the completion channel on a single Redis (or Sentinel).
 func (l Layout) Channel() string { return l.store().channel() }
 
@@ -29,12 +33,13 @@ func (l Layout) Channel() string { return l.store().channel() }
 func (l Layout) ShardChannels() []string { return shardChannelNames(l.Prefix) }
 
 // ScriptHash is the SHA1 of a script, as EVALSHA names it: "lock",
-// "holder", "extend", "land", "handoff", "invalidate", "admit" or
-// "record"; "" for another name.
+// "holder", "extend", "land", "handoff", "invalidate", "admit",
+// "record", "acquireslot" or "releaseslot"; "" for another name.
 func ScriptHash(name string) string {
 	s, ok := map[string]interface{ Hash() string }{
 		"lock": lockScript, "holder": holderScript, "extend": extendScript, "land": landScript,
 		"handoff": handOffScript, "invalidate": invalidateScript, "admit": admitScript, "record": recordScript,
+		"acquireslot": acquireSlotScript, "releaseslot": releaseSlotScript,
 	}[name]
 	if !ok {
 		return ""

@@ -44,6 +44,8 @@ type rediser interface {
 	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Ping(ctx context.Context) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
+	SRandMemberN(ctx context.Context, key string, count int64) *redis.StringSliceCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // Redis is L2, the fill lock and the completion channel, with a health
@@ -225,7 +227,8 @@ func (r *Redis) watch(ctx context.Context) {
 
 // scripts lists every Lua script the coordinator runs.
 func scripts() []*redis.Script {
-	return []*redis.Script{lockScript, holderScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript}
+	return []*redis.Script{lockScript, holderScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript,
+		acquireSlotScript, releaseSlotScript}
 }
 
 // warm prepares Redis for the first burst: the scripts loaded (so that no

@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,5 +66,55 @@ func (r *Redis) GuardState(ctx context.Context, upstream string, now time.Time) 
 	if state == "open" {
 		g.Until = max(at(us[0]), 0)
 	}
-	return g, nil
+	g.Quotas, err = r.quotas(ctx, upstream, us[3])
+	return g, err
+}
+
+// maxStatusQuotas bounds the learned quotas a status read returns.
+const maxStatusQuotas = 100
+
+// quotas reads upstream's learned quotas (at most maxStatusQuotas), in
+// two round trips, their times measured from nowUS (µs).
+func (r *Redis) quotas(ctx context.Context, upstream string, nowUS int64) ([]guardwire.QuotaState, error) {
+	var out []guardwire.QuotaState
+	err := r.ifUp(ctx, func(ctx context.Context) error {
+		scopes, err := r.rdb.SRandMemberN(ctx, r.quotaIndex(upstream), maxStatusQuotas).Result()
+		if err != nil || len(scopes) == 0 {
+			return err
+		}
+		slices.Sort(scopes)
+		cmds := make([]*redis.MapStringStringCmd, len(scopes))
+		_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, sc := range scopes {
+				cmds[i] = p.HGetAll(ctx, r.quotaKey(upstream, sc))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for i, c := range cmds {
+			h := c.Val()
+			num := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
+			var parts []string
+			for f := range h {
+				if p, ok := strings.CutPrefix(f, "seen|"); ok {
+					parts = append(parts, p)
+				}
+			}
+			slices.Sort(parts)
+			for _, p := range parts {
+				q := guardwire.QuotaState{Key: scopes[i] + "|" + p, Label: h["label|"+p], Partition: p, Source: h["src|"+p],
+					Limit: num("limit|" + p), Remaining: num("rem|" + p), Age: time.Duration(nowUS-num("seen|"+p)) * time.Microsecond}
+				if h["rem|"+p] != "" && num("reset|"+p) > nowUS {
+					q.Reset = time.Duration(num("reset|"+p)-nowUS) * time.Microsecond
+				}
+				if out = append(out, q); len(out) == maxStatusQuotas {
+					return nil
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
 }

@@ -50,8 +50,8 @@ func FuzzBreakerGoVsLua(f *testing.F) {
 			t.Fatalf("policy %+v, after\n\t%s\n"+format, append([]any{up.Protection, strings.Join(trace, "\n\t")}, args...)...)
 		}
 		admit := func(maxWait time.Duration) (pair, bool) {
-			l := local.admit(maxWait)
-			s, err := shared.admit(t.Context(), maxWait)
+			l := local.admit(maxWait, quotaAsk{})
+			s, err := shared.admit(t.Context(), maxWait, quotaAsk{})
 			if err != nil {
 				t.Fatalf("shared admit: %v", err)
 			}
@@ -63,8 +63,8 @@ func FuzzBreakerGoVsLua(f *testing.F) {
 		}
 		record := func(p pair, o outcome, backoff time.Duration) {
 			trace = append(trace, fmt.Sprintf("record(gen %d, probe %d, %v, backoff %v)", p.l.gen, p.l.probe, [...]string{"success", "failure", "none"}[o], backoff))
-			local.record(p.l, o, backoff)
-			shared.record(t.Context(), p.s, o, backoff)
+			local.record(p.l, o, backoff, quotaNote{})
+			shared.record(t.Context(), p.s, o, backoff, quotaNote{})
 		}
 		for len(ops) >= 2 {
 			op, arg := ops[0], ops[1]

@@ -19,10 +19,11 @@ import (
 
 // Protection configures how coordd protects one upstream from the load of
 // every instance together: the rate limit, the shared Retry-After backoff,
-// retries with a budget, the circuit breaker, and the bounds put on the
-// upstream's own Cache-Control. Zero fields take the defaults written beside
-// them. The rate limit, the backoff and the breaker live in Redis and are
-// shared by every instance; with Redis down, or without Redis, each instance
+// the cap on requests in flight, retries with a budget, the circuit
+// breaker, and the bounds put on the upstream's own Cache-Control. Zero
+// fields take the defaults written beside them. The rate limit, the
+// backoff, the slots in flight and the breaker live in Redis and are shared
+// by every instance; with Redis down, or without Redis, each instance
 // applies the same limits in-process.
 type Protection struct {
 	// RateLimit is the most requests per second sent to the upstream by all
@@ -45,6 +46,17 @@ type Protection struct {
 	// within RateLimit even then. Default: RateLimit. Negative: no limit.
 	// In single-node mode (no Redis) RateLimit applies.
 	DegradedRateLimit int `yaml:"degraded_rate_limit"`
+	// MaxInFlight is the most requests in progress to the upstream at once,
+	// across every instance, per credential scope (each credential has its
+	// own slots; the fetches without one share theirs). A request holds a
+	// slot from its admission until its answer is read, and the slot frees
+	// itself at its lease's end (Timeout + 1s) if its instance dies or
+	// loses Redis meanwhile. A request that finds every slot taken waits,
+	// within MaxWait, for one to free on any instance, else fails with
+	// ErrRateLimited. While Redis is down each instance caps its own
+	// requests at MaxInFlight. Default: 0, no cap. GitHub refuses more
+	// than 100 concurrent requests per credential.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// RetryAfterCap caps the backoff an upstream can ask for with
 	// Retry-After (in seconds or as an HTTP date, on a 429 or 503). Every
 	// instance backs off the upstream until then. Default: 60s.
@@ -60,7 +72,17 @@ type Protection struct {
 	// Defaults: 1m and 24h.
 	MinTTL time.Duration `yaml:"min_ttl"`
 	MaxTTL time.Duration `yaml:"max_ttl"`
+	// LearnQuota paces the upstream by the quota its answers announce
+	// (RateLimit and RateLimit-Policy, X-RateLimit-*): per credential
+	// scope and per partition, so that what remains of each lasts until
+	// its reset, never faster than RateLimit, across every instance. See
+	// docs/upstream-protection.md. Default: true.
+	LearnQuota *bool `yaml:"learn_quota"`
 }
+
+// LearnsQuota reports whether the upstream's announced quotas pace it
+// (LearnQuota, default true).
+func (p *Protection) LearnsQuota() bool { return p.LearnQuota == nil || *p.LearnQuota }
 
 // RetryPolicy configures retries. Only retryable outcomes are retried:
 // connection errors, timeouts, 429 and 5xx other than 501. Never a 4xx
@@ -158,6 +180,8 @@ func (p *Protection) validate(field string) error {
 		return bad("burst", "%d must be at least 1", p.Burst)
 	case p.MaxWait < 0:
 		return bad("max_wait", "must not be negative")
+	case p.MaxInFlight < 0:
+		return bad("max_in_flight", "%d must not be negative (0: no cap)", p.MaxInFlight)
 	case p.RetryAfterCap < 0:
 		return bad("retry_after_cap", "must not be negative")
 	case p.MinTTL < 0:

@@ -31,6 +31,33 @@ type admission struct {
 	gen     int64         // the breaker generation the attempt belongs to
 	probe   int           // half-open probe slot held, 1-based; 0: none
 	shared  bool          // admitted by the sharedGuard
+	paced   time.Duration // how much of wait a learned quota's pacing asks
+	// unknown: the attempt names a quota no answer has announced yet, so
+	// its slot was booked by the rate limit alone (Client.admit asks the
+	// quota again when the slot starts).
+	unknown bool
+	// again: the quota's window is spent; nothing was booked, and the
+	// attempt asks again after wait, when the next window begins.
+	again bool
+}
+
+// quotaAsk says which learned quota an attempt spends.
+type quotaAsk struct {
+	key        string // quotaKey(scope, partition); "": none (quotas not learned)
+	scope      string // FetchRequest.QuotaScope
+	partition  string // the partition this instance knows route to be counted in
+	route      string // the url's first path segment (the shared guard maps it)
+	background bool   // FetchRequest.Background: never the reserve of a window
+	quotaOnly  bool   // a slot already started: ask the quota alone, not the rate limit
+}
+
+// quotaNote is what an answer announced of the quota it was counted in.
+type quotaNote struct {
+	key   string // quotaKey of the answer's partition; "": nothing to learn
+	scope string // FetchRequest.QuotaScope
+	route string // the url's first path segment, now known to count in q.Partition
+	label string // whose credential (FetchRequest.QuotaLabel)
+	q     Quota
 }
 
 // probeLease bounds how long a half-open probe holds its slot after its
@@ -58,10 +85,18 @@ type localGuard struct {
 	m    Metrics
 	name string // the upstream's
 
-	mu    sync.Mutex // protects br and limit
-	br    *breaker
-	limit *gcra // the rate limit, with the upstream's backoff
+	burst int
+
+	mu     sync.Mutex // protects br, limit and quotas
+	br     *breaker
+	limit  *gcra // the rate limit, with the upstream's backoff
+	quotas map[string]*quotaWindow
 }
+
+// maxQuotas bounds the quotas a guard learns (one per credential scope
+// and partition): past it, windows that ended are dropped, and then new
+// ones are not learned.
+const maxQuotas = 4096
 
 // newLocalGuard returns up's in-process guard; degraded selects the rate
 // limit for a Redis that is down over the one for single-node mode. m
@@ -72,10 +107,11 @@ func newLocalGuard(up *Config, degraded bool, now func() time.Time, log *slog.Lo
 	if degraded {
 		rate = p.DegradedRateLimit
 	}
-	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, br: newBreaker(p.Breaker, probeLease(up)), limit: newGCRA(rate, p.Burst)}
+	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, burst: p.Burst,
+		br: newBreaker(p.Breaker, probeLease(up)), limit: newGCRA(rate, p.Burst), quotas: map[string]*quotaWindow{}}
 }
 
-func (g *localGuard) admit(maxWait time.Duration) admission {
+func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -86,25 +122,75 @@ func (g *localGuard) admit(maxWait time.Duration) admission {
 	if !ok {
 		return admission{verdict: verdictOpen, wait: open, gen: g.br.gen}
 	}
-	wait, backoff, ok := g.limit.reserve(now, maxWait)
+	var floor time.Time
+	w := g.quotas[qa.key]
+	if w != nil {
+		var again, held bool
+		floor, again, held = w.earliest(now, g.burst, qa.background)
+		if d := floor.Sub(now); held || (again && d > maxWait) {
+			return admission{verdict: verdictOverLimit, wait: d, gen: g.br.gen, paced: d}
+		} else if again {
+			return admission{verdict: verdictAdmitted, wait: d, gen: g.br.gen, paced: d, again: true}
+		}
+	}
+	paced := max(floor.Sub(now), 0)
+	wait, backoff, ok := paced, time.Duration(0), paced <= maxWait
+	if !qa.quotaOnly {
+		wait, backoff, ok = g.limit.reserve(now, floor, maxWait)
+	}
 	if !ok {
-		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen}
+		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen, paced: paced}
+	}
+	if w != nil {
+		w.book(now.Add(wait))
 	}
 	g.br.take(slot, now.Add(wait))
-	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot}
+	unknown := qa.key != "" && (w == nil || !w.known)
+	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown}
 }
 
-func (g *localGuard) record(a admission, o outcome, backoff time.Duration) {
+func (g *localGuard) record(a admission, o outcome, backoff time.Duration, n quotaNote) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
 	if backoff > 0 {
 		g.limit.backOff(now, backoff)
 	}
+	g.learnLocked(now, n)
 	from := g.br.state
 	if g.br.record(now, a.gen, a.probe, o) {
 		logTransition(g.log, g.m, g.name, "instance", from.String(), g.br.state.String())
 	}
+}
+
+// learn takes in what an answer announced of its quota.
+func (g *localGuard) learn(n quotaNote) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.learnLocked(g.now(), n)
+}
+
+func (g *localGuard) learnLocked(now time.Time, n quotaNote) {
+	if n.key == "" {
+		return
+	}
+	w := g.quotas[n.key]
+	if w == nil {
+		if len(g.quotas) >= maxQuotas {
+			for k, w := range g.quotas {
+				if now.Sub(w.seen) > max(2*w.win, time.Hour) {
+					delete(g.quotas, k)
+				}
+			}
+			if len(g.quotas) >= maxQuotas {
+				return
+			}
+		}
+		w = &quotaWindow{}
+		g.quotas[n.key] = w
+	}
+	w.learn(now, n.q)
+	w.label = n.label
 }
 
 // state is the breaker's state.
@@ -132,6 +218,7 @@ type Shared interface {
 	BreakerState(ctx context.Context, upstream string) (string, error)
 	// GuardState reads the guard for a status page, changing nothing.
 	GuardState(ctx context.Context, upstream string, now time.Time) (SharedState, error)
+	SharedSlots // the slots in flight (inflight.go)
 }
 
 // The messages of Shared, defined beside the store's scripts that answer
@@ -182,16 +269,23 @@ func (g *sharedGuard) clock() time.Time {
 	return g.now()
 }
 
-func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration) (admission, error) {
+func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quotaAsk) (admission, error) {
+	interval, tau := g.interval, g.tau
+	if qa.quotaOnly {
+		interval, tau = 0, 0
+	}
 	res, err := g.s.Admit(ctx, g.up, SharedAdmit{
-		Now: g.clock(), Interval: g.interval, Tau: g.tau, MaxWait: maxWait,
+		Now: g.clock(), Interval: interval, Tau: tau, MaxWait: maxWait,
 		Probes: g.p.Breaker.HalfOpenProbes, Lease: g.lease, TTL: g.ttl,
+		Quota: qa.key != "", Scope: qa.scope, Partition: qa.partition, Route: qa.route, Burst: g.p.Burst, Background: qa.background,
 	})
 	if err != nil {
 		return admission{}, err
 	}
-	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true}
+	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown}
 	switch res.Verdict {
+	case "again":
+		a.again = true
 	case "open":
 		a.verdict = verdictOpen
 	case "limited":
@@ -203,14 +297,19 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration) (admissi
 	return a, nil
 }
 
-func (g *sharedGuard) record(ctx context.Context, a admission, o outcome, backoff time.Duration) {
+func (g *sharedGuard) record(ctx context.Context, a admission, o outcome, backoff time.Duration, n quotaNote) {
 	b := &g.p.Breaker
-	from, to, err := g.s.Record(ctx, g.up, SharedRecord{
+	r := SharedRecord{
 		Now: g.clock(), Outcome: [...]string{outcomeSuccess: "s", outcomeFailure: "f", outcomeNone: "n"}[o],
 		Gen: a.gen, Probe: a.probe, Backoff: backoff,
 		FailureThreshold: b.FailureThreshold, FailureRate: b.FailureRate, MinRequests: b.MinRequests,
 		Window: b.Window, OpenFor: b.OpenFor, CloseAfter: b.CloseAfter, Probes: b.HalfOpenProbes, TTL: g.ttl,
-	})
+	}
+	if n.key != "" {
+		r.Quota = &guardwire.QuotaNote{Scope: n.scope, Route: n.route, Remaining: n.q.Remaining, Limit: n.q.Limit, Reset: n.q.Reset,
+			Partition: n.q.Partition, Source: n.q.Source, Label: n.label}
+	}
+	from, to, err := g.s.Record(ctx, g.up, r)
 	if err != nil {
 		return // Redis is marked down; the local guard takes over
 	}

@@ -56,10 +56,14 @@ func NewClient(up *Config, o Options) *Client {
 		local:  newLocalGuard(up, o.Shared != nil, o.Now, o.Logger, o.Metrics),
 		m:      orNop(o.Metrics),
 		bg:     o.Background,
+		parts:  newPartitions(up.BaseURL),
+		gauges: newQuotaGauges(),
+		slots:  newInFlight(up, o.Shared, o.Now),
 	}
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
 	}
+	p.fair = newFairScheduler(p)
 	return p
 }
 
@@ -73,12 +77,16 @@ type Client struct {
 	now    func() time.Time
 	log    *slog.Logger
 	budget *retryBudget
-	shared *sharedGuard // nil in single-node mode
-	local  *localGuard  // single-node mode, and while the shared store is down
+	shared *sharedGuard   // nil in single-node mode
+	local  *localGuard    // single-node mode, and while the shared store is down
+	fair   *fairScheduler // hands contended slots out in fair order (fair.go)
 	m      Metrics
 	// bg tracks outcomes recorded after the answer is handed back; the
 	// owner's Close waits for them. Nil: record before returning.
-	bg *sync.WaitGroup
+	bg     *sync.WaitGroup
+	parts  *partitions  // which quota partition each route is counted in
+	gauges *quotaGauges // the quotas last announced, for the metrics
+	slots  *inFlight    // the requests in flight (inflight.go); nil without max_in_flight
 }
 
 // Breakers returns the state of the client's breakers: the shared one's
@@ -177,6 +185,10 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 	)
 	for attempt := 1; ; attempt++ {
 		a, aerr := p.admit(ctx, fr, report)
+		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
+		if aerr == nil {
+			slot, aerr = p.takeSlot(ctx, fr, a, report)
+		}
 		if aerr != nil {
 			if attempt > 1 {
 				return resp, err // a retry refused: the last answer stands
@@ -185,19 +197,21 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		actx, at := p.startAttempt(ctx, fr, attempt, hop)
 		resp, err = p.next.Fetch(actx, fr, report)
+		slot.release(ctx)
 		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
 		backoff := p.sharedBackoff(fr, resp)
+		note := p.quotaNote(fr, resp)
 		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
 			// The answer goes to the callers now; its outcome reaches the
 			// shared breaker a Redis round trip later. Not for a half-open
 			// probe, whose slot the next probe waits for, nor a redirect,
 			// whose next hop is admitted by the state this records.
-			p.bg.Go(func() { p.record(context.WithoutCancel(ctx), a, o, backoff) })
+			p.bg.Go(func() { p.record(context.WithoutCancel(ctx), a, o, backoff, note) })
 			return resp, err
 		}
-		p.record(ctx, a, o, backoff)
+		p.record(ctx, a, o, backoff, note)
 		if o != outcomeFailure || attempt >= rp.MaxAttempts || ctx.Err() != nil {
 			return resp, err
 		}
@@ -224,59 +238,139 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 }
 
 // admit gets an attempt admitted, waiting for its slot. It reports what it
-// waits for.
+// waits for. While nobody of fr's QuotaScope queues, the guard is asked
+// directly, and a slot that starts at once is taken; a wait (contention)
+// queues the attempt instead, its slot the queue's, and the queue hands
+// slots out in fair order as they start (fair.go). A slot booked by the
+// rate limit alone, before any answer had announced the quota the attempt
+// spends, is checked against the quota again when it starts (that ask
+// books no second rate-limit slot): a burst of cold fetches books its
+// slots at once, before the first answer is back, and must not all go
+// out at the rate limit when the quota says slower. A quota whose window
+// is spent books nothing: the attempt waits for the next window and asks
+// again.
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
-	bound := p.bound(ctx, fr)
-	a := p.ask(ctx, bound)
-	switch a.verdict {
-	case verdictOpen:
-		p.m.BreakerRejected(p.up.Name)
-		report(Event{Stage: StageBreakerOpen, Wait: a.wait, Detail: "circuit breaker open: not calling " + p.up.Name})
-		return a, WithRetryAfter(fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name), a.wait)
-	case verdictOverLimit:
-		p.m.RateLimitRefused(p.up.Name)
-		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
-		return a, WithRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
-			ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
-	}
-	if a.wait > 0 {
-		p.m.RateLimitWait(p.up.Name, a.wait)
-		detail := "waiting for a rate-limit slot"
-		if a.backoff >= a.wait {
-			detail = p.up.Name + " asked to back off (Retry-After)"
+	qa := p.quotaAsk(fr)
+	for {
+		bound := p.bound(ctx, fr)
+		var (
+			a      admission
+			err    error
+			queued bool
+		)
+		if !qa.quotaOnly && p.fair.contended(fr.QuotaScope) {
+			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
+			queued = true
+		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && !qa.quotaOnly {
+			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report)
+			queued = true
 		}
-		report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: detail})
-		if !sleep(ctx, a.wait) {
-			p.record(ctx, a, outcomeNone, 0)
-			return a, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
+		if err != nil {
+			return a, err
 		}
+		switch a.verdict {
+		case verdictOpen:
+			p.m.BreakerRejected(p.up.Name)
+			report(Event{Stage: StageBreakerOpen, Wait: a.wait, Detail: "circuit breaker open: not calling " + p.up.Name})
+			return a, WithRetryAfter(fmt.Errorf("%w: %s", ErrBreakerOpen, p.up.Name), a.wait)
+		case verdictOverLimit:
+			p.m.RateLimitRefused(p.up.Name)
+			report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: "next slot is past the wait bound"})
+			return a, WithRetryAfter(fmt.Errorf("%w: %s: next slot in %v, past the %v this fetch may wait",
+				ErrRateLimited, p.up.Name, a.wait.Round(time.Millisecond), bound.Round(time.Millisecond)), a.wait)
+		}
+		if a.wait > 0 && !queued {
+			p.m.RateLimitWait(p.up.Name, a.wait)
+			detail := "waiting for a rate-limit slot"
+			switch {
+			case a.again:
+				detail = "the quota " + p.up.Name + " announced is spent until its reset"
+			case a.backoff >= a.wait:
+				detail = p.up.Name + " asked to back off (Retry-After)"
+			case a.paced >= a.wait:
+				detail = "pacing by the quota " + p.up.Name + " announced"
+			}
+			report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: detail})
+			if !sleep(ctx, a.wait) {
+				if !a.again { // nothing to give back otherwise
+					p.record(ctx, a, outcomeNone, 0, quotaNote{})
+				}
+				return a, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
+			}
+		}
+		if a.again {
+			qa = p.quotaAsk(fr)
+			continue
+		}
+		if !a.unknown || a.wait == 0 || a.probe > 0 || qa.quotaOnly {
+			return a, nil
+		}
+		qa = p.quotaAsk(fr) // its partition may be known by now
+		qa.quotaOnly = true
 	}
-	return a, nil
 }
 
 // ask asks the shared guard, or the local one while Redis is down or
 // failing.
-func (p *Client) ask(ctx context.Context, bound time.Duration) admission {
+func (p *Client) ask(ctx context.Context, bound time.Duration, qa quotaAsk) admission {
 	if p.shared != nil { // fails fast while the store is down
-		if a, err := p.shared.admit(ctx, bound); err == nil {
+		if a, err := p.shared.admit(ctx, bound, qa); err == nil {
 			return a
 		}
 	}
-	return p.local.admit(bound)
+	return p.local.admit(bound, qa)
 }
 
-// record reports an attempt's outcome to the guard that admitted it. A
-// backoff the upstream asked for is also kept locally, so that it outlives
-// a Redis failure.
-func (p *Client) record(ctx context.Context, a admission, o outcome, backoff time.Duration) {
+// record reports an attempt's outcome, and the quota its answer
+// announced, to the guard that admitted it. A backoff the upstream asked
+// for and the quota are also kept locally, so that they outlive a Redis
+// failure.
+func (p *Client) record(ctx context.Context, a admission, o outcome, backoff time.Duration, n quotaNote) {
 	if a.shared {
-		p.shared.record(context.WithoutCancel(ctx), a, o, backoff)
+		p.shared.record(context.WithoutCancel(ctx), a, o, backoff, n)
 		if backoff > 0 {
 			p.local.backOff(backoff)
 		}
+		p.local.learn(n)
 		return
 	}
-	p.local.record(a, o, backoff)
+	p.local.record(a, o, backoff, n)
+}
+
+// quotaAsk is the learned quota fr spends: its credential scope's, in
+// the partition its route was last answered under.
+func (p *Client) quotaAsk(fr FetchRequest) quotaAsk {
+	if !p.up.Protection.LearnsQuota() {
+		return quotaAsk{}
+	}
+	route := p.parts.route(fr.URL)
+	part := p.parts.of(route)
+	return quotaAsk{key: quotaKey(fr.QuotaScope, part), scope: fr.QuotaScope, partition: part, route: route,
+		background: fr.Background != nil && fr.Background()}
+}
+
+// quotaNote is what resp, answering fr, announced of its quota; its
+// partition is remembered for fr's route, and its figures for the
+// metrics.
+func (p *Client) quotaNote(fr FetchRequest, resp *Response) quotaNote {
+	if resp == nil || !p.up.Protection.LearnsQuota() {
+		return quotaNote{}
+	}
+	now := p.now()
+	q, ok := parseQuota(resp.Header, now)
+	if !ok {
+		return quotaNote{}
+	}
+	route := p.parts.route(fr.URL)
+	p.parts.learn(route, q.Partition)
+	label := fr.QuotaLabel
+	if label == "" {
+		label = "no credential"
+	}
+	n := quotaNote{key: quotaKey(fr.QuotaScope, q.Partition), scope: fr.QuotaScope, route: route, label: label, q: q}
+	rem, limit := p.gauges.set(n.key, q, now)
+	p.m.UpstreamQuota(p.up.Name, q.Partition, rem, limit)
+	return n
 }
 
 // bound is how long this fetch may still wait: MaxWait, or less when every

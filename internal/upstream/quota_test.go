@@ -155,13 +155,13 @@ func TestSpentQuotaOfACredential(t *testing.T) {
 	}
 	cl := NewClient(&up, Options{})
 	ctx := context.Background()
-	spent := FetchRequest{URL: srv.URL + "/user", Scoped: true, Header: http.Header{"Authorization": {"Bearer spent"}}}
+	spent := FetchRequest{URL: srv.URL + "/user", Scoped: true, QuotaScope: "s/spent", Header: http.Header{"Authorization": {"Bearer spent"}}}
 	resp, err := cl.Fetch(ctx, spent, nil)
 	if err != nil || !RateLimited(resp, time.Now()) || cl.Backoff(resp) < 25*time.Second {
 		t.Fatalf("the spent credential: %v, %v; want the rate-limited 403 with the reset as its wait", resp, err)
 	}
 	for name, fr := range map[string]FetchRequest{
-		"another credential": {URL: srv.URL + "/user", Scoped: true, Header: http.Header{"Authorization": {"Bearer fresh"}}},
+		"another credential": {URL: srv.URL + "/user", Scoped: true, QuotaScope: "s/fresh", Header: http.Header{"Authorization": {"Bearer fresh"}}},
 		"no credential":      {URL: srv.URL + "/user"},
 	} {
 		before := hits.Load()

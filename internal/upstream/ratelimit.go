@@ -37,11 +37,15 @@ func newGCRA(rate, burst int) *gcra {
 	return g
 }
 
-// reserve books the next slot if it starts within maxWait of now. wait is
+// reserve books the next slot, starting no earlier than floor (a learned
+// quota's pacing; zero: none), if it starts within maxWait of now. wait is
 // how long until it starts (also when refused); backoff is how much of it
 // is the upstream's backoff.
-func (g *gcra) reserve(now time.Time, maxWait time.Duration) (wait, backoff time.Duration, ok bool) {
+func (g *gcra) reserve(now, floor time.Time, maxWait time.Duration) (wait, backoff time.Duration, ok bool) {
 	at := now
+	if floor.After(at) {
+		at = floor
+	}
 	if g.backoff.After(at) {
 		at = g.backoff
 	}

@@ -2,7 +2,11 @@ package upstream
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // Status is the state of the guard that protects one upstream, as a
@@ -30,11 +34,26 @@ type Status struct {
 	// Backoff is how long the backoff the upstream asked for
 	// (Retry-After) still holds; 0: none.
 	Backoff time.Duration
+	// MaxInFlight is the most requests in flight per credential scope (0:
+	// no cap); InFlight counts the slots held by Scope's count: every
+	// instance's ("cluster"), or this instance's own ("instance").
+	MaxInFlight int
+	InFlight    InFlightCount
 	// RetriesLeft is how many retries this instance's retry budget allows
 	// now; Requests and Retries are what it counted over its window
 	// (RetryBudgetWindow). The budget is always the instance's own.
 	RetriesLeft, Requests, Retries int
+	// Quotas are the quotas learned from the upstream's answers (see
+	// Protection.LearnQuota), by credential scope and partition: never a
+	// credential, only whose it is (QuotaStatus.Label).
+	Quotas []QuotaStatus
 }
+
+// QuotaStatus is one learned quota as a status page shows it: its
+// partition, limit, what remains after the slots booked, the time to its
+// reset (0: unknown), the header it came from and whose credential it
+// counts ("upstream", "tenant NAME", "caller", "no credential").
+type QuotaStatus = guardwire.QuotaState
 
 // RetryBudgetWindow is the span over which a retry budget counts.
 const RetryBudgetWindow = budgetWindow * time.Second
@@ -55,6 +74,7 @@ func (p *Client) Status(ctx context.Context) Status {
 		}
 	}
 	s.RetriesLeft, s.Requests, s.Retries = p.budget.status(p.now())
+	p.slots.status(ctx, &s)
 	return s
 }
 
@@ -72,6 +92,7 @@ func (p *Client) sharedStatus(ctx context.Context) (Status, bool) {
 		s.RateLimit, s.Burst = pr.RateLimit, pr.Burst
 	}
 	s.slots(p.shared.interval, p.shared.tau, g.TAT, g.Backoff)
+	s.Quotas = g.Quotas
 	return s, true
 }
 
@@ -85,8 +106,23 @@ func (g *localGuard) status() Status {
 		s.NextProbe = max(g.br.until.Sub(now), 0)
 	}
 	s.slots(g.limit.interval, g.limit.tau, g.limit.tat.Sub(now), max(g.limit.backoff.Sub(now), 0))
+	for k, w := range g.quotas {
+		w.roll(now)
+		q := QuotaStatus{Key: k, Label: w.label, Partition: w.partition, Source: w.source, Limit: w.limit, Age: now.Sub(w.seen)}
+		if w.known {
+			q.Remaining, q.Reset = w.rem, max(w.reset.Sub(now), 0)
+		}
+		s.Quotas = append(s.Quotas, q)
+	}
+	slices.SortFunc(s.Quotas, func(a, b QuotaStatus) int { return strings.Compare(a.Key, b.Key) })
+	if len(s.Quotas) > maxStatusQuotas {
+		s.Quotas = s.Quotas[:maxStatusQuotas]
+	}
 	return s
 }
+
+// maxStatusQuotas bounds the quotas a status shows.
+const maxStatusQuotas = 100
 
 // slots fills in FreeSlots, NextSlot and Backoff from a GCRA's interval,
 // tau and theoretical arrival time (from now), and the backoff left, as

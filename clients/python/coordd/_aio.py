@@ -42,9 +42,9 @@ class AsyncClient:
 
     async def get(self, url: str, *, key: Optional[str] = None, max_age: Optional[float] = None,
                   no_stale: bool = False, headers: c.HeadersArg = None, credential: Optional[str] = None,
-                  timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
+                  priority: Optional[str] = None, timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
         """As Client.get."""
-        req = c.get_request(url, key, max_age, no_stale, headers, credential)
+        req = c.get_request(url, key, max_age, no_stale, headers, credential, priority=priority)
         md = self._md + c.trace_metadata()
         return await self._do(lambda remaining: self._get_once(req, md, remaining), timeout)
 

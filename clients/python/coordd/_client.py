@@ -46,7 +46,7 @@ class Client:
 
     def get(self, url: str, *, key: Optional[str] = None, max_age: Optional[float] = None,
             no_stale: bool = False, headers: c.HeadersArg = None, credential: Optional[str] = None,
-            timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
+            priority: Optional[str] = None, timeout: float = c.DEFAULT_TIMEOUT) -> c.Document:
         """The document at url, an absolute http(s) URL inside one of coordd's
         upstreams. key is a custom cache key; max_age (seconds) the oldest
         copy accepted; timeout bounds the call, retries included. headers
@@ -54,9 +54,14 @@ class Client:
         upstream: coordd forwards those the upstream lists in its
         forward_headers and drops the rest. credential is the caller's own
         credential for the upstream, the whole value of its credential
-        header ("Bearer ..."), for upstreams with caller_credentials. A 404
-        is a Document; errors are CoorddError subclasses."""
-        req = c.get_request(url, key, max_age, no_stale, headers, credential)
+        header ("Bearer ..."), for upstreams with caller_credentials.
+        priority is "interactive" or "background" (a prefetch, a warm-up
+        job: within its tenant, a fetch only background calls wait for takes
+        the upstream's slots after every fetch an interactive call waits
+        for); None sends none, which coordd takes for "interactive"; any
+        other value is an InvalidArgumentError before any call. A 404 is a
+        Document; errors are CoorddError subclasses."""
+        req = c.get_request(url, key, max_age, no_stale, headers, credential, priority=priority)
         md = self._md + c.trace_metadata()
         return self._do(lambda remaining: self._get_once(req, md, remaining), timeout)
 

@@ -370,14 +370,27 @@ def headers_pb(headers: HeadersArg) -> List[coordd_pb2.Header]:
     return [coordd_pb2.Header(name=k, value=v) for k, v in items]
 
 
+PRIORITIES = {
+    None: coordd_pb2.PRIORITY_UNSPECIFIED,
+    "interactive": coordd_pb2.PRIORITY_INTERACTIVE,
+    "background": coordd_pb2.PRIORITY_BACKGROUND,
+}
+"""The priorities a call may be given, by name, and their values on the
+wire; None sends none, which coordd takes for "interactive"."""
+
+
 def get_request(url: str, key: Optional[str], max_age: Optional[float], no_stale: bool,
                 headers: HeadersArg = None, credential: Optional[str] = None,
-                head: bool = False) -> coordd_pb2.GetOrFetchRequest:
+                head: bool = False, priority: Optional[str] = None) -> coordd_pb2.GetOrFetchRequest:
     """The request, checked before any network I/O."""
     if not isinstance(url, str) or not url:
         raise InvalidArgumentError("url must be a non-empty string", grpc.StatusCode.INVALID_ARGUMENT)
     req = coordd_pb2.GetOrFetchRequest(url=url, key=key or "", no_stale=no_stale, headers=headers_pb(headers),
                                        credential=credential or "", head=head)
+    if priority not in PRIORITIES:
+        raise InvalidArgumentError(f"priority {priority!r} must be 'interactive' or 'background'",
+                                   grpc.StatusCode.INVALID_ARGUMENT)
+    req.priority = PRIORITIES[priority]
     if max_age is not None:
         if max_age < 0:
             raise InvalidArgumentError(f"max_age {max_age} must not be negative", grpc.StatusCode.INVALID_ARGUMENT)

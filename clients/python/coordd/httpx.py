@@ -11,7 +11,11 @@ Importing coordd does not import httpx; importing coordd.httpx does.
 A GET or HEAD without a body is a GetOrFetch call: the request's headers
 go in GetOrFetchRequest.headers (coordd forwards those the upstream lists
 in forward_headers and drops the rest) and its Authorization in
-GetOrFetchRequest.credential. The response answers as the upstream did:
+GetOrFetchRequest.credential. Its X-Coordd-Priority header (PRIORITY_HEADER:
+"interactive" or "background", in any case) is the call's priority and is
+sent nowhere, to coordd's headers or the fallback; without one, the
+transport's priority applies. Any other value fails the request with
+RefusedError. The response answers as the upstream did:
 its status (a 404 or a 429 is a response), its headers, its body streamed
 as coordd's chunks arrive, and coordd's facts in X-Coordd-Source,
 X-Coordd-Stale, X-Coordd-Age and X-Coordd-Upstream, with a standard Age.
@@ -46,7 +50,11 @@ from coordd._aio import AsyncClient
 from coordd._client import Client
 from coordd.v1 import coordd_pb2
 
-__all__ = ["AsyncTransport", "RefusedError", "Transport", "UnsupportedRequestError"]
+__all__ = ["AsyncTransport", "PRIORITY_HEADER", "RefusedError", "Transport", "UnsupportedRequestError"]
+
+PRIORITY_HEADER = "X-Coordd-Priority"
+"""The request header that sets one request's priority: "interactive" or
+"background". coordd's HTTP door reads the same header."""
 
 DEFAULT_RETRY_AFTER = 1
 """Retry-After, in seconds, of a 503 whose status carried no RetryInfo."""
@@ -83,14 +91,17 @@ class RefusedError(httpx.TransportError):
 class _Options:
     """What Transport and AsyncTransport share."""
 
-    def __init__(self, timeout: float, max_age: Optional[float], no_stale: bool):
+    def __init__(self, timeout: float, max_age: Optional[float], no_stale: bool, priority: Optional[str]):
         if timeout <= 0:
             raise ValueError(f"coordd.httpx: timeout {timeout} must be positive")
         if max_age is not None and max_age < 0:
             raise ValueError(f"coordd.httpx: max_age {max_age} must not be negative")
+        if priority not in c.PRIORITIES:
+            raise ValueError(f"coordd.httpx: priority {priority!r} must be 'interactive' or 'background'")
         self.timeout = timeout
         self.max_age = max_age
         self.no_stale = no_stale
+        self.priority = priority
 
 
 class Transport(httpx.BaseTransport):
@@ -103,27 +114,32 @@ class Transport(httpx.BaseTransport):
     UnsupportedRequestError. timeout (seconds) bounds each request's call
     to coordd, its retries and its body included (httpx's own timeouts
     time sockets, and this transport has none). max_age and no_stale apply
-    to every request, as in Client.get.
+    to every request, as in Client.get. priority ("interactive" or
+    "background", as in Client.get) applies to every request without a
+    PRIORITY_HEADER: priority="background" for a transport that only a
+    prefetch or warm-up job uses.
 
     close() closes the fallback, not client, which may serve other code:
     close it yourself. Thread-safe, as client is.
     """
 
     def __init__(self, client: Client, *, fallback: Optional[httpx.BaseTransport] = None,
-                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False):
+                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False,
+                 priority: Optional[str] = None):
         if not isinstance(client, Client):
             raise TypeError("coordd.httpx.Transport: client must be a coordd.Client (AsyncTransport takes a coordd.AsyncClient)")
         if fallback is not None and not isinstance(fallback, httpx.BaseTransport):
             raise TypeError("coordd.httpx.Transport: fallback must be an httpx.BaseTransport")
         self._client = client
         self._fallback = fallback
-        self._opts = _Options(timeout, max_age, no_stale)
+        self._opts = _Options(timeout, max_age, no_stale, priority)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        priority = _priority(request, self._opts.priority)
         why = _not_carried(request)
         if why is None:
             try:
-                req = _grpc_request(request, self._opts)
+                req = _grpc_request(request, self._opts, priority)
                 opened = self._client._open(req, self._opts.timeout)
             except c.CoorddError as err:
                 outcome = _failed(request, err)
@@ -133,7 +149,7 @@ class Transport(httpx.BaseTransport):
             else:
                 return _response(request, opened, _SyncBody(request, opened))
         if self._fallback is not None:
-            return self._fallback.handle_request(request)
+            return self._fallback.handle_request(_without_priority(request))
         raise UnsupportedRequestError(why, request=request)
 
     def close(self) -> None:
@@ -147,20 +163,22 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     the event loop client was created in; aclose() closes the fallback."""
 
     def __init__(self, client: AsyncClient, *, fallback: Optional[httpx.AsyncBaseTransport] = None,
-                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False):
+                 timeout: float = c.DEFAULT_TIMEOUT, max_age: Optional[float] = None, no_stale: bool = False,
+                 priority: Optional[str] = None):
         if not isinstance(client, AsyncClient):
             raise TypeError("coordd.httpx.AsyncTransport: client must be a coordd.AsyncClient (Transport takes a coordd.Client)")
         if fallback is not None and not isinstance(fallback, httpx.AsyncBaseTransport):
             raise TypeError("coordd.httpx.AsyncTransport: fallback must be an httpx.AsyncBaseTransport")
         self._client = client
         self._fallback = fallback
-        self._opts = _Options(timeout, max_age, no_stale)
+        self._opts = _Options(timeout, max_age, no_stale, priority)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        priority = _priority(request, self._opts.priority)
         why = _not_carried(request)
         if why is None:
             try:
-                req = _grpc_request(request, self._opts)
+                req = _grpc_request(request, self._opts, priority)
                 opened = await self._client._open(req, self._opts.timeout)
             except c.CoorddError as err:
                 outcome = _failed(request, err)
@@ -170,7 +188,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             else:
                 return _response(request, opened, _AsyncBody(request, opened))
         if self._fallback is not None:
-            return await self._fallback.handle_async_request(request)
+            return await self._fallback.handle_async_request(_without_priority(request))
         raise UnsupportedRequestError(why, request=request)
 
     async def aclose(self) -> None:
@@ -233,15 +251,42 @@ def _redacted(url: httpx.URL) -> str:
     return str(url.copy_with(username=None, password=None, fragment=None))
 
 
-def _grpc_request(request: httpx.Request, opts: _Options) -> coordd_pb2.GetOrFetchRequest:
+def _priority(request: httpx.Request, default: Optional[str]) -> Optional[str]:
+    """The priority request asks for with PRIORITY_HEADER, or default.
+    A value that is neither "interactive" nor "background" (in any case),
+    or more than one field, raises RefusedError."""
+    values = request.headers.get_list(PRIORITY_HEADER)
+    if not values:
+        return default
+    p = values[0].strip().lower() if len(values) == 1 else None
+    if p not in ("interactive", "background"):
+        err = c.InvalidArgumentError(f"{PRIORITY_HEADER} {', '.join(values)[:64]!r} must be 'interactive' or 'background'",
+                                     grpc.StatusCode.INVALID_ARGUMENT)
+        raise RefusedError(f"coordd.httpx: {request.method} {_redacted(request.url)}: {err}",
+                           request=request, coordd_error=err)
+    return p
+
+
+def _without_priority(request: httpx.Request) -> httpx.Request:
+    """request without PRIORITY_HEADER, for the fallback: a copy if it has
+    one, so that the caller's request is left as it was."""
+    if PRIORITY_HEADER not in request.headers:
+        return request
+    headers = request.headers.copy()
+    del headers[PRIORITY_HEADER]
+    return httpx.Request(request.method, request.url, headers=headers, stream=request.stream,
+                         extensions=request.extensions)
+
+
+def _grpc_request(request: httpx.Request, opts: _Options, priority: Optional[str]) -> coordd_pb2.GetOrFetchRequest:
     """The GetOrFetch call for request: every header but Authorization,
-    which is the credential."""
+    which is the credential, and PRIORITY_HEADER, which is the priority."""
     headers: List[Tuple[str, str]] = []
     for name, value in request.headers.multi_items():
-        if name.lower() != "authorization":
+        if name.lower() not in ("authorization", "x-coordd-priority"):
             headers.append((name, value))
     return c.get_request(_redacted(request.url), None, opts.max_age, opts.no_stale, headers,
-                         request.headers.get("authorization"), head=request.method == "HEAD")
+                         request.headers.get("authorization"), head=request.method == "HEAD", priority=priority)
 
 
 def _failed(request: httpx.Request, err: c.CoorddError) -> Union[httpx.Response, str]:

@@ -49,14 +49,18 @@ def load():
         raise AssertionError("cases.json has no cases")
     out = []
     for i, c in enumerate(cases):
-        keys(c, {"name", "about", "client", "attempts", "want"}, f"case {i}")
+        keys(c, {"name", "about", "client", "call", "attempts", "want"}, f"case {i}")
         where = f"case {c['name']}"
         c["client"] = {**defaults, **keys(c.get("client", {}), CLIENT_KEYS, f"{where}: client")}
         for attempt in c["attempts"]:
             for step in attempt:
                 if len(keys(step, STEP_KEYS, f"{where}: step")) != 1:
                     raise AssertionError(f"{where}: a step does one thing")
-        want = keys(c["want"], {"document", "error", "attempts", "min_gaps_ms"}, f"{where}: want")
+        call = keys(c.get("call", {}), {"priority"}, f"{where}: call")
+        if call.get("priority") not in (None, "interactive", "background"):
+            raise AssertionError(f"{where}: call.priority {call['priority']!r}")
+        want = keys(c["want"], {"document", "error", "attempts", "min_gaps_ms", "priority"}, f"{where}: want")
+        coordd_pb2.Priority.Value(want_priority(c))  # raises on a priority it does not know
         if ("document" in want) == ("error" in want):
             raise AssertionError(f"{where}: want document or error")
         if "document" in want:
@@ -67,6 +71,11 @@ def load():
             error_check(want["error"])  # raises on a name it does not know
         out.append(c)
     return out
+
+
+def want_priority(case):
+    """The priority, by name, every attempt of case must carry."""
+    return case["want"].get("priority", "PRIORITY_UNSPECIFIED")
 
 
 def error_check(name):
@@ -120,6 +129,7 @@ class Checks:
         rec = record(url)
         self.assertEqual(rec["problems"], [], "the fake could not play the calls")
         self.assertEqual(rec["attempts"], want["attempts"], "attempts")
+        self.assertEqual(rec["priorities"], [want_priority(case)] * rec["attempts"], "each attempt's priority")
         for i, least in enumerate(want.get("min_gaps_ms", [])):
             gap = rec["gaps_ms"][i] if i < len(rec["gaps_ms"]) else float("inf")
             self.assertGreaterEqual(gap, least, f"wait before attempt {i + 2}")
@@ -137,7 +147,7 @@ class ClientConformanceTest(Checks, unittest.TestCase):
                 doc, err = None, None
                 with coordd.Client(TARGET, **opts) as client:
                     try:
-                        doc = client.get(url, timeout=timeout)
+                        doc = client.get(url, timeout=timeout, priority=case.get("call", {}).get("priority"))
                     except coordd.CoorddError as e:
                         err = e
                 self.check(case, url, doc, err)
@@ -158,7 +168,7 @@ class AsyncClientConformanceTest(Checks, unittest.IsolatedAsyncioTestCase):
                 doc, err = None, None
                 async with coordd.AsyncClient(TARGET, **opts) as client:
                     try:
-                        doc = await client.get(url, timeout=timeout)
+                        doc = await client.get(url, timeout=timeout, priority=case.get("call", {}).get("priority"))
                     except coordd.CoorddError as e:
                         err = e
                 self.check(case, url, doc, err)

@@ -12,7 +12,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { Code, ConnectError, createClient, type CallOptions, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
-import { CoordinatorService, type GetOrFetchResponse, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
+import { CoordinatorService, Priority, type GetOrFetchResponse, type Metadata, type Progress } from "./gen/coordd/v1/coordd_pb.js";
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
 
@@ -29,7 +29,7 @@ function durationFromMs(ms: number): Duration {
 export { Code, ConnectError };
 export * from "./gen/coordd/v1/coordd_pb.js";
 export { BodyTooLargeError, UnreachableError } from "./errors.js";
-export { createFetch, NotCarriedError, type FetchFunction, type FetchOptions } from "./fetch.js";
+export { createFetch, NotCarriedError, PRIORITY_HEADER, type FetchFunction, type FetchOptions } from "./fetch.js";
 
 /** DEFAULT_ADDR is where coordd listens by default. */
 export const DEFAULT_ADDR = "127.0.0.1:50051";
@@ -114,6 +114,24 @@ export interface ClientOptions {
   maxBodyBytes?: number;
 }
 
+/** CallPriority is a call's priority by name: see GetOptions.priority. */
+export type CallPriority = "interactive" | "background";
+
+// priorityOf is the wire value of a CallPriority; undefined: none
+// (PRIORITY_UNSPECIFIED). Any other value (from JavaScript) throws a
+// TypeError.
+function priorityOf(p: CallPriority | undefined): Priority {
+  switch (p) {
+    case undefined:
+      return Priority.UNSPECIFIED;
+    case "interactive":
+      return Priority.INTERACTIVE;
+    case "background":
+      return Priority.BACKGROUND;
+  }
+  throw new TypeError(`coordd: priority ${JSON.stringify(p)}: want "interactive" or "background"`);
+}
+
 /** GetOptions configure one get. */
 export interface GetOptions {
   /** key is the cache key. Default: coordd uses the canonical url. */
@@ -123,6 +141,13 @@ export interface GetOptions {
   /** maxAgeMs refuses copies fetched longer ago than this many
    * milliseconds, fresh or stale: coordd fetches a newer one. */
   maxAgeMs?: number;
+  /** priority is whether a caller is waiting on the call
+   * (GetOrFetchRequest.priority): "interactive", or "background" for a
+   * prefetch or a warm-up job, whose fetch takes the upstream's slots
+   * after every fetch an interactive call of its tenant waits for.
+   * Default: none sent, which coordd takes for "interactive". Any other
+   * value rejects with a TypeError before any call. */
+  priority?: CallPriority;
   /** signal cancels the call, backoff included; the call then rejects
    * with Canceled. */
   signal?: AbortSignal;
@@ -289,6 +314,7 @@ export class CoorddClient {
   // retrying runs attempt until it succeeds, or fails with a code that is
   // final, or retries are spent (see RetryOptions).
   private async retrying<T>(opts: GetOptions, attempt: (deadline: number) => Promise<T>): Promise<T> {
+    priorityOf(opts.priority); // a priority it does not know throws before any call
     const r = { ...this.retry, ...opts.retry };
     const attempts = Math.max(1, r.attempts ?? 4);
     const base = r.baseDelayMs ?? 100;
@@ -328,6 +354,7 @@ export class CoorddClient {
             headers: headerList(opts.requestHeaders),
             credential: opts.credential ?? "",
             head: opts.head ?? false,
+            priority: priorityOf(opts.priority),
           },
           { signal: call.signal, timeoutMs, headers: opts.headers },
         ),

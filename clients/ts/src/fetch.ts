@@ -9,7 +9,7 @@ import { STATUS_CODES } from "node:http";
 
 import { Code, ConnectError } from "@connectrpc/connect";
 
-import type { CoorddClient, DocumentStream, RetryOptions } from "./client.js";
+import type { CallPriority, CoorddClient, DocumentStream, RetryOptions } from "./client.js";
 import { UnreachableError } from "./errors.js";
 import { Source, type Metadata } from "./gen/coordd/v1/coordd_pb.js";
 import { retryDelayMs } from "./retryinfo.js";
@@ -42,7 +42,19 @@ export interface FetchOptions {
    * caller to decide; other Unavailable errors, and an unreachable coordd,
    * are retried as the client says before the 503 or the TypeError. */
   retry?: RetryOptions;
+  /** priority is that of the requests without an X-Coordd-Priority
+   * header (PRIORITY_HEADER): "background" for a fetch that only a
+   * prefetch or a warm-up job uses. Default: none sent, which coordd
+   * takes for "interactive". */
+  priority?: CallPriority;
 }
+
+/** PRIORITY_HEADER is the request header that sets one request's
+ * priority through createFetch: "interactive" or "background" (in any
+ * case), as GetOptions.priority. createFetch removes it: it goes neither
+ * to coordd's headers nor to the fallback. Any other value rejects the
+ * request with a TypeError. coordd's HTTP door reads the same header. */
+export const PRIORITY_HEADER = "x-coordd-priority";
 
 /** NotCarriedError rejects a request that coordd cannot carry when no
  * fallback was given. It is a TypeError, as fetch's own refusals are. */
@@ -101,13 +113,18 @@ export class NotCarriedError extends TypeError {
 export function createFetch(client: CoorddClient, options: FetchOptions = {}): FetchFunction {
   const credentialHeader = (options.credentialHeader ?? "authorization").toLowerCase();
   const retry: RetryOptions = { maxRetryInfoWaitMs: 0, ...options.retry };
+  if (options.priority !== undefined) callPriority(options.priority, "createFetch's priority option");
 
   const notCarried = (input: string | URL | Request, init: RequestInit | undefined, method: string, url: string, why: string, cause?: unknown) => {
-    if (options.fallback) return options.fallback(input, init);
+    if (options.fallback) return options.fallback(input, withoutPriority(input, init));
     throw new NotCarriedError(method, shown(url), why, cause);
   };
 
   return async function coorddFetch(input: string | URL | Request, init?: RequestInit): Promise<Response> {
+    // The priority header is read, and refused if it is none of the
+    // known values, before anything else.
+    const asked = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined)).get(PRIORITY_HEADER);
+    const priority = asked === null ? options.priority : callPriority(asked, `${PRIORITY_HEADER} header`);
     // Method and body are read before any Request is made from input: a
     // Request made from one with a body would take that body, and the
     // fallback would get it used.
@@ -133,6 +150,7 @@ export function createFetch(client: CoorddClient, options: FetchOptions = {}): F
     const requestHeaders: [string, string][] = [];
     let credential: string | undefined;
     for (const [name, value] of req.headers) {
+      if (name === PRIORITY_HEADER) continue; // createFetch's own, read above
       if (name === credentialHeader) credential = fromByteString(value);
       else requestHeaders.push([name, fromByteString(value)]);
     }
@@ -143,6 +161,7 @@ export function createFetch(client: CoorddClient, options: FetchOptions = {}): F
         requestHeaders,
         credential,
         head: method === "HEAD",
+        priority,
         signal,
         timeoutMs: options.timeoutMs,
         retry,
@@ -167,6 +186,24 @@ export function createFetch(client: CoorddClient, options: FetchOptions = {}): F
     }
     return respond(s, url, method, signal);
   };
+}
+
+// callPriority is v, a priority by name in any case, as a CallPriority;
+// any other value throws a TypeError naming where it came from.
+function callPriority(v: string, where: string): CallPriority {
+  const p = String(v).trim().toLowerCase();
+  if (p === "interactive" || p === "background") return p;
+  throw new TypeError(`coordd fetch: ${where} ${JSON.stringify(String(v).slice(0, 64))}: want "interactive" or "background"`);
+}
+
+// withoutPriority is init for the fallback, without the priority header
+// wherever the request's headers come from (init's, or else those of the
+// Request input); init as it is when there is none.
+function withoutPriority(input: string | URL | Request, init: RequestInit | undefined): RequestInit | undefined {
+  const headers = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined));
+  if (!headers.has(PRIORITY_HEADER)) return init;
+  headers.delete(PRIORITY_HEADER);
+  return { ...init, headers };
 }
 
 // NULL_BODY_STATUSES have no body in a Response (fetch's null body

@@ -22,6 +22,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Priority is whether a caller is waiting on a call.
+type Priority int32
+
+const (
+	// PRIORITY_UNSPECIFIED is PRIORITY_INTERACTIVE.
+	Priority_PRIORITY_UNSPECIFIED Priority = 0
+	// PRIORITY_INTERACTIVE: a caller is waiting on the call.
+	Priority_PRIORITY_INTERACTIVE Priority = 1
+	// PRIORITY_BACKGROUND: no one is waiting on the call (a prefetch, a
+	// warm-up job); its fetch may wait for the interactive ones.
+	Priority_PRIORITY_BACKGROUND Priority = 2
+)
+
+// Enum value maps for Priority.
+var (
+	Priority_name = map[int32]string{
+		0: "PRIORITY_UNSPECIFIED",
+		1: "PRIORITY_INTERACTIVE",
+		2: "PRIORITY_BACKGROUND",
+	}
+	Priority_value = map[string]int32{
+		"PRIORITY_UNSPECIFIED": 0,
+		"PRIORITY_INTERACTIVE": 1,
+		"PRIORITY_BACKGROUND":  2,
+	}
+)
+
+func (x Priority) Enum() *Priority {
+	p := new(Priority)
+	*p = x
+	return p
+}
+
+func (x Priority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Priority) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_coordd_proto_enumTypes[0].Descriptor()
+}
+
+func (Priority) Type() protoreflect.EnumType {
+	return &file_coordd_v1_coordd_proto_enumTypes[0]
+}
+
+func (x Priority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Priority.Descriptor instead.
+func (Priority) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{0}
+}
+
 // Role is the part a call plays in the fetch of its key.
 type Role int32
 
@@ -63,11 +117,11 @@ func (x Role) String() string {
 }
 
 func (Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_coordd_v1_coordd_proto_enumTypes[0].Descriptor()
+	return file_coordd_v1_coordd_proto_enumTypes[1].Descriptor()
 }
 
 func (Role) Type() protoreflect.EnumType {
-	return &file_coordd_v1_coordd_proto_enumTypes[0]
+	return &file_coordd_v1_coordd_proto_enumTypes[1]
 }
 
 func (x Role) Number() protoreflect.EnumNumber {
@@ -76,7 +130,7 @@ func (x Role) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Role.Descriptor instead.
 func (Role) EnumDescriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{0}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{1}
 }
 
 // Stage is what a call is waiting for.
@@ -140,11 +194,11 @@ func (x Stage) String() string {
 }
 
 func (Stage) Descriptor() protoreflect.EnumDescriptor {
-	return file_coordd_v1_coordd_proto_enumTypes[1].Descriptor()
+	return file_coordd_v1_coordd_proto_enumTypes[2].Descriptor()
 }
 
 func (Stage) Type() protoreflect.EnumType {
-	return &file_coordd_v1_coordd_proto_enumTypes[1]
+	return &file_coordd_v1_coordd_proto_enumTypes[2]
 }
 
 func (x Stage) Number() protoreflect.EnumNumber {
@@ -153,7 +207,7 @@ func (x Stage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Stage.Descriptor instead.
 func (Stage) EnumDescriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{1}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{2}
 }
 
 // Source is the tier a document was served from.
@@ -197,11 +251,11 @@ func (x Source) String() string {
 }
 
 func (Source) Descriptor() protoreflect.EnumDescriptor {
-	return file_coordd_v1_coordd_proto_enumTypes[2].Descriptor()
+	return file_coordd_v1_coordd_proto_enumTypes[3].Descriptor()
 }
 
 func (Source) Type() protoreflect.EnumType {
-	return &file_coordd_v1_coordd_proto_enumTypes[2]
+	return &file_coordd_v1_coordd_proto_enumTypes[3]
 }
 
 func (x Source) Number() protoreflect.EnumNumber {
@@ -210,7 +264,7 @@ func (x Source) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Source.Descriptor instead.
 func (Source) EnumDescriptor() ([]byte, []int) {
-	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{2}
+	return file_coordd_v1_coordd_proto_rawDescGZIP(), []int{3}
 }
 
 // GetOrFetchRequest names the document to get.
@@ -247,7 +301,16 @@ type GetOrFetchRequest struct {
 	// head asks for the metadata only, as HTTP's HEAD: the stream ends after
 	// the metadata event, without chunks. The document is fetched (as a GET)
 	// and cached as for any call.
-	Head          bool `protobuf:"varint,7,opt,name=head,proto3" json:"head,omitempty"`
+	Head bool `protobuf:"varint,7,opt,name=head,proto3" json:"head,omitempty"`
+	// priority says whether a caller is waiting on this call
+	// (PRIORITY_INTERACTIVE, the default) or not (PRIORITY_BACKGROUND: a
+	// prefetch, a warm-up job). Within a tenant, a fetch that only background
+	// calls wait for takes an upstream's slots after every fetch an
+	// interactive call waits for, as a stale-while-revalidate refresh does;
+	// a background call that joins a fetch an interactive call waits for
+	// shares it as any call does, and the copy it gets is the same. A value
+	// that is none of Priority's is INVALID_ARGUMENT.
+	Priority      Priority `protobuf:"varint,8,opt,name=priority,proto3,enum=coordd.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +392,13 @@ func (x *GetOrFetchRequest) GetHead() bool {
 		return x.Head
 	}
 	return false
+}
+
+func (x *GetOrFetchRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
 }
 
 // Header is one HTTP header field.
@@ -913,7 +983,7 @@ var File_coordd_v1_coordd_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe7\x01\n" +
+	"\x16coordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\x98\x02\n" +
 	"\x11GetOrFetchRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x19\n" +
@@ -923,7 +993,8 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\n" +
 	"credential\x18\x06 \x01(\tR\n" +
 	"credential\x12\x12\n" +
-	"\x04head\x18\a \x01(\bR\x04head\"2\n" +
+	"\x04head\x18\a \x01(\bR\x04head\x12/\n" +
+	"\bpriority\x18\b \x01(\x0e2\x13.coordd.v1.PriorityR\bpriority\"2\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xad\x01\n" +
@@ -965,7 +1036,11 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"credential\"@\n" +
 	"\x12InvalidateResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\aexisted\x18\x02 \x01(\bR\aexisted*N\n" +
+	"\aexisted\x18\x02 \x01(\bR\aexisted*W\n" +
+	"\bPriority\x12\x18\n" +
+	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14PRIORITY_INTERACTIVE\x10\x01\x12\x17\n" +
+	"\x13PRIORITY_BACKGROUND\x10\x02*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
@@ -1004,45 +1079,47 @@ func file_coordd_v1_coordd_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_coordd_proto_rawDescData
 }
 
-var file_coordd_v1_coordd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_coordd_v1_coordd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_coordd_v1_coordd_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_coordd_v1_coordd_proto_goTypes = []any{
-	(Role)(0),                   // 0: coordd.v1.Role
-	(Stage)(0),                  // 1: coordd.v1.Stage
-	(Source)(0),                 // 2: coordd.v1.Source
-	(*GetOrFetchRequest)(nil),   // 3: coordd.v1.GetOrFetchRequest
-	(*Header)(nil),              // 4: coordd.v1.Header
-	(*GetOrFetchResponse)(nil),  // 5: coordd.v1.GetOrFetchResponse
-	(*Progress)(nil),            // 6: coordd.v1.Progress
-	(*Metadata)(nil),            // 7: coordd.v1.Metadata
-	(*Chunk)(nil),               // 8: coordd.v1.Chunk
-	(*InvalidateRequest)(nil),   // 9: coordd.v1.InvalidateRequest
-	(*InvalidateResponse)(nil),  // 10: coordd.v1.InvalidateResponse
-	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
+	(Priority)(0),               // 0: coordd.v1.Priority
+	(Role)(0),                   // 1: coordd.v1.Role
+	(Stage)(0),                  // 2: coordd.v1.Stage
+	(Source)(0),                 // 3: coordd.v1.Source
+	(*GetOrFetchRequest)(nil),   // 4: coordd.v1.GetOrFetchRequest
+	(*Header)(nil),              // 5: coordd.v1.Header
+	(*GetOrFetchResponse)(nil),  // 6: coordd.v1.GetOrFetchResponse
+	(*Progress)(nil),            // 7: coordd.v1.Progress
+	(*Metadata)(nil),            // 8: coordd.v1.Metadata
+	(*Chunk)(nil),               // 9: coordd.v1.Chunk
+	(*InvalidateRequest)(nil),   // 10: coordd.v1.InvalidateRequest
+	(*InvalidateResponse)(nil),  // 11: coordd.v1.InvalidateResponse
+	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
 }
 var file_coordd_v1_coordd_proto_depIdxs = []int32{
-	11, // 0: coordd.v1.GetOrFetchRequest.max_age:type_name -> google.protobuf.Duration
-	4,  // 1: coordd.v1.GetOrFetchRequest.headers:type_name -> coordd.v1.Header
-	6,  // 2: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
-	7,  // 3: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
-	8,  // 4: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
-	0,  // 5: coordd.v1.Progress.role:type_name -> coordd.v1.Role
-	1,  // 6: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
-	11, // 7: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
-	2,  // 8: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
-	11, // 9: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
-	11, // 10: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
-	4,  // 11: coordd.v1.Metadata.headers:type_name -> coordd.v1.Header
-	4,  // 12: coordd.v1.InvalidateRequest.headers:type_name -> coordd.v1.Header
-	3,  // 13: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
-	9,  // 14: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
-	5,  // 15: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
-	10, // 16: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
-	15, // [15:17] is the sub-list for method output_type
-	13, // [13:15] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 0: coordd.v1.GetOrFetchRequest.max_age:type_name -> google.protobuf.Duration
+	5,  // 1: coordd.v1.GetOrFetchRequest.headers:type_name -> coordd.v1.Header
+	0,  // 2: coordd.v1.GetOrFetchRequest.priority:type_name -> coordd.v1.Priority
+	7,  // 3: coordd.v1.GetOrFetchResponse.progress:type_name -> coordd.v1.Progress
+	8,  // 4: coordd.v1.GetOrFetchResponse.metadata:type_name -> coordd.v1.Metadata
+	9,  // 5: coordd.v1.GetOrFetchResponse.chunk:type_name -> coordd.v1.Chunk
+	1,  // 6: coordd.v1.Progress.role:type_name -> coordd.v1.Role
+	2,  // 7: coordd.v1.Progress.stage:type_name -> coordd.v1.Stage
+	12, // 8: coordd.v1.Progress.wait:type_name -> google.protobuf.Duration
+	3,  // 9: coordd.v1.Metadata.source:type_name -> coordd.v1.Source
+	12, // 10: coordd.v1.Metadata.age:type_name -> google.protobuf.Duration
+	12, // 11: coordd.v1.Metadata.ttl:type_name -> google.protobuf.Duration
+	5,  // 12: coordd.v1.Metadata.headers:type_name -> coordd.v1.Header
+	5,  // 13: coordd.v1.InvalidateRequest.headers:type_name -> coordd.v1.Header
+	4,  // 14: coordd.v1.CoordinatorService.GetOrFetch:input_type -> coordd.v1.GetOrFetchRequest
+	10, // 15: coordd.v1.CoordinatorService.Invalidate:input_type -> coordd.v1.InvalidateRequest
+	6,  // 16: coordd.v1.CoordinatorService.GetOrFetch:output_type -> coordd.v1.GetOrFetchResponse
+	11, // 17: coordd.v1.CoordinatorService.Invalidate:output_type -> coordd.v1.InvalidateResponse
+	16, // [16:18] is the sub-list for method output_type
+	14, // [14:16] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_coordd_proto_init() }
@@ -1060,7 +1137,7 @@ func file_coordd_v1_coordd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_coordd_proto_rawDesc), len(file_coordd_v1_coordd_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -6,6 +6,9 @@ from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+PRIORITY_BACKGROUND: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_UNSPECIFIED: Priority
 ROLE_FOLLOWER: Role
 ROLE_HIT: Role
 ROLE_LEADER: Role
@@ -31,13 +34,14 @@ class Chunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class GetOrFetchRequest(_message.Message):
-    __slots__ = ["credential", "head", "headers", "key", "max_age", "no_stale", "url"]
+    __slots__ = ["credential", "head", "headers", "key", "max_age", "no_stale", "priority", "url"]
     CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     HEAD_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     MAX_AGE_FIELD_NUMBER: _ClassVar[int]
     NO_STALE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     credential: str
     head: bool
@@ -45,8 +49,9 @@ class GetOrFetchRequest(_message.Message):
     key: str
     max_age: _duration_pb2.Duration
     no_stale: bool
+    priority: Priority
     url: str
-    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ..., no_stale: bool = ..., max_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., credential: _Optional[str] = ..., head: bool = ...) -> None: ...
+    def __init__(self, url: _Optional[str] = ..., key: _Optional[str] = ..., no_stale: bool = ..., max_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., credential: _Optional[str] = ..., head: bool = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class GetOrFetchResponse(_message.Message):
     __slots__ = ["chunk", "metadata", "progress"]
@@ -129,6 +134,9 @@ class Progress(_message.Message):
     stage: Stage
     wait: _duration_pb2.Duration
     def __init__(self, role: _Optional[_Union[Role, str]] = ..., stage: _Optional[_Union[Stage, str]] = ..., detail: _Optional[str] = ..., attempt: _Optional[int] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

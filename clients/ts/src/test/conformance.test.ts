@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 
-import { BodyTooLargeError, Code, ConnectError, CoorddClient, Stage } from "../client.js";
+import { BodyTooLargeError, Code, ConnectError, CoorddClient, Priority, Stage, type CallPriority } from "../client.js";
 import { goBuild, REPO_ROOT } from "./harness.js";
 
 const CORPUS_DIR = join(REPO_ROOT, "testdata", "client-conformance");
@@ -35,13 +35,15 @@ interface Case {
   name: string;
   about: string;
   client: ClientConfig;
+  call?: { priority?: CallPriority };
   attempts: unknown[][];
-  want: { document?: WantDocument; error?: string; attempts: number; min_gaps_ms?: number[] };
+  want: { document?: WantDocument; error?: string; attempts: number; min_gaps_ms?: number[]; priority?: string };
 }
 
 interface FakeRecord {
   attempts: number;
   gaps_ms: number[];
+  priorities: string[];
   problems: string[];
 }
 
@@ -63,11 +65,14 @@ function load(): Case[] {
   const cases = file["cases"];
   assert.ok(Array.isArray(cases) && cases.length > 0, "cases.json has no cases");
   return cases.map((raw: unknown, i: number) => {
-    const c = keys(raw, ["name", "about", "client", "attempts", "want"], `case ${i}`) as unknown as Case;
+    const c = keys(raw, ["name", "about", "client", "call", "attempts", "want"], `case ${i}`) as unknown as Case;
     const where = `case ${c.name}`;
     c.client = { ...defaults, ...(keys(c.client ?? {}, CLIENT_KEYS, `${where}: client`) as unknown as Partial<ClientConfig>) };
     for (const a of c.attempts) for (const s of a) assert.equal(Object.keys(keys(s, STEP_KEYS, `${where}: step`)).length, 1, `${where}: a step does one thing`);
-    const w = keys(c.want, ["document", "error", "attempts", "min_gaps_ms"], `${where}: want`);
+    const call = keys(c.call ?? {}, ["priority"], `${where}: call`);
+    assert.ok([undefined, "interactive", "background"].includes(call["priority"] as string | undefined), `${where}: call.priority`);
+    const w = keys(c.want, ["document", "error", "attempts", "min_gaps_ms", "priority"], `${where}: want`);
+    assert.ok(wantPriority(c).replace(/^PRIORITY_/, "") in Priority, `${where}: unknown want.priority ${wantPriority(c)}`);
     assert.ok((w["document"] === undefined) !== (w["error"] === undefined), `${where}: want document or error`);
     if (c.want.document) {
       keys(c.want.document, ["body", "status_code", "content_type", "etag", "progress"], `${where}: want.document`);
@@ -76,6 +81,11 @@ function load(): Case[] {
     if (c.want.error) expectedError(c.want.error); // throws on a name it does not know
     return c;
   });
+}
+
+// wantPriority is the priority, by name, every attempt of c must carry.
+function wantPriority(c: Case): string {
+  return c.want.priority ?? "PRIORITY_UNSPECIFIED";
 }
 
 // stageName is a coordd.v1.Stage name as protobuf-es spells it (no STAGE_ prefix).
@@ -149,7 +159,7 @@ async function play(c: Case): Promise<void> {
   });
   const url = `http://conformance.test/${c.name}/ts`;
   try {
-    const got = await client.get(url).then(
+    const got = await client.get(url, { priority: c.call?.priority }).then(
       (doc) => ({ doc }),
       (err: unknown) => ({ err }),
     );
@@ -177,6 +187,7 @@ async function play(c: Case): Promise<void> {
     const rec = (await res.json()) as FakeRecord;
     assert.deepEqual(rec.problems, [], "the fake could not play the calls");
     assert.equal(rec.attempts, want.attempts, "attempts");
+    assert.deepEqual(rec.priorities, Array(rec.attempts).fill(wantPriority(c)), "each attempt's priority");
     (want.min_gaps_ms ?? []).forEach((least, i) => {
       const gap = rec.gaps_ms[i] ?? Infinity;
       assert.ok(gap >= least, `wait before attempt ${i + 2} = ${gap.toFixed(1)} ms; want at least ${least} ms`);

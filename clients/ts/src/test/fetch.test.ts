@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Code, ConnectError, CoorddClient, createFetch, NotCarriedError, Source, UnreachableError, type FetchFunction } from "../client.js";
+import { Code, ConnectError, CoorddClient, createFetch, NotCarriedError, Priority, PRIORITY_HEADER, Source, UnreachableError, type FetchFunction } from "../client.js";
 import { freePort } from "./harness.js";
 import { chunk, document, failure, gate, metadata, startStub, untilAborted, type Stub } from "./stubcoordd.js";
 
@@ -292,6 +292,71 @@ test("coordd's errors are retried as the client says, but for one that says when
   } finally {
     retrying.close();
   }
+});
+
+describe("priority", () => {
+  test("the X-Coordd-Priority header sets a request's priority and is not sent on", async (t) => {
+    const warm = createFetch(client, { priority: "background" });
+    const cases: { name: string; fetch: FetchFunction; input: () => string | Request; init?: RequestInit; want: Priority }[] = [
+      { name: "none", fetch, input: () => `${API}/doc`, want: Priority.UNSPECIFIED },
+      { name: "background", fetch, input: () => `${API}/doc`, init: { headers: { "X-Coordd-Priority": "background" } }, want: Priority.BACKGROUND },
+      { name: "interactive", fetch, input: () => `${API}/doc`, init: { headers: { [PRIORITY_HEADER]: "interactive" } }, want: Priority.INTERACTIVE },
+      { name: "in another case", fetch, input: () => `${API}/doc`, init: { headers: { [PRIORITY_HEADER]: " Background" } }, want: Priority.BACKGROUND },
+      { name: "on a Request", fetch, input: () => new Request(`${API}/doc`, { headers: { [PRIORITY_HEADER]: "background" } }), want: Priority.BACKGROUND },
+      { name: "the fetch's default", fetch: warm, input: () => `${API}/doc`, want: Priority.BACKGROUND },
+      { name: "the header over the default", fetch: warm, input: () => `${API}/doc`, init: { headers: { [PRIORITY_HEADER]: "interactive" } }, want: Priority.INTERACTIVE },
+    ];
+    for (const c of cases) {
+      await t.test(c.name, async () => {
+        const res = await c.fetch(c.input(), c.init);
+        await res.arrayBuffer();
+        const { req } = lastCall();
+        assert.equal(Priority[req.priority], Priority[c.want]);
+        assert.ok(!req.headers.some((h) => h.name.toLowerCase() === PRIORITY_HEADER), "the header went to coordd");
+      });
+    }
+  });
+
+  test("a value it does not know rejects with a TypeError before any call", async () => {
+    const n = stub.calls.length;
+    for (const v of ["urgent", "PRIORITY_BACKGROUND", "background, background"]) {
+      const err = await fetch(`${API}/doc`, { headers: { [PRIORITY_HEADER]: v } }).then(
+        () => assert.fail("resolved"),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof TypeError, String(err));
+      assert.match((err as TypeError).message, /x-coordd-priority/);
+    }
+    assert.equal(stub.calls.length, n);
+    assert.throws(() => createFetch(client, { priority: "urgent" as "background" }), TypeError);
+  });
+
+  test("the fallback gets the request without the header", async () => {
+    const seen: RequestInit[] = [];
+    const withFallback = createFetch(client, {
+      fallback: async (_input, init) => {
+        seen.push(init ?? {});
+        return new Response("from the fallback", { status: 201 });
+      },
+    });
+    const input = new Request(`${API}/doc`, { method: "POST", body: "{}", headers: { [PRIORITY_HEADER]: "background", "X-Other": "1" } });
+    const res = await withFallback(input);
+    assert.equal(res.status, 201);
+    const h = new Headers(seen.at(-1)?.headers);
+    assert.equal(h.get(PRIORITY_HEADER), null);
+    assert.equal(h.get("x-other"), "1");
+    assert.equal(input.headers.get(PRIORITY_HEADER), "background", "the caller's Request was changed");
+  });
+
+  test("CoorddClient.get sends the priority it is given", async () => {
+    for (const [p, want] of [[undefined, Priority.UNSPECIFIED], ["interactive", Priority.INTERACTIVE], ["background", Priority.BACKGROUND]] as const) {
+      await client.get(`${API}/doc`, { priority: p });
+      assert.equal(Priority[lastCall().req.priority], Priority[want]);
+    }
+    const n = stub.calls.length;
+    await assert.rejects(client.get(`${API}/doc`, { priority: "urgent" as "background" }), TypeError);
+    assert.equal(stub.calls.length, n);
+  });
 });
 
 describe("a request coordd cannot carry", () => {

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/coordd.proto.
  */
 export const file_coordd_v1_coordd: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb29yZGQvdjEvY29vcmRkLnByb3RvEgljb29yZGQudjEisQEKEUdldE9yRmV0Y2hSZXF1ZXN0EgsKA3VybBgBIAEoCRILCgNrZXkYAiABKAkSEAoIbm9fc3RhbGUYAyABKAgSKgoHbWF4X2FnZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIiCgdoZWFkZXJzGAUgAygLMhEuY29vcmRkLnYxLkhlYWRlchISCgpjcmVkZW50aWFsGAYgASgJEgwKBGhlYWQYByABKAgiJQoGSGVhZGVyEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkikgEKEkdldE9yRmV0Y2hSZXNwb25zZRInCghwcm9ncmVzcxgBIAEoCzITLmNvb3JkZC52MS5Qcm9ncmVzc0gAEicKCG1ldGFkYXRhGAIgASgLMhMuY29vcmRkLnYxLk1ldGFkYXRhSAASIQoFY2h1bmsYAyABKAsyEC5jb29yZGQudjEuQ2h1bmtIAEIHCgVldmVudCKUAQoIUHJvZ3Jlc3MSHQoEcm9sZRgBIAEoDjIPLmNvb3JkZC52MS5Sb2xlEh8KBXN0YWdlGAIgASgOMhAuY29vcmRkLnYxLlN0YWdlEg4KBmRldGFpbBgDIAEoCRIPCgdhdHRlbXB0GAQgASgFEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ivgIKCE1ldGFkYXRhEiEKBnNvdXJjZRgBIAEoDjIRLmNvb3JkZC52MS5Tb3VyY2USDQoFc3RhbGUYAiABKAgSEwoLc3RhdHVzX2NvZGUYAyABKAUSFAoMY29udGVudF90eXBlGAQgASgJEiYKA2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIMCgRzaXplGAYgASgDEgsKA2tleRgHIAEoCRIQCgh1cHN0cmVhbRgIIAEoCRIMCgRldGFnGAkgASgJEhUKDWxhc3RfbW9kaWZpZWQYCiABKAkSJgoDdHRsGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiIKB2hlYWRlcnMYDCADKAsyES5jb29yZGQudjEuSGVhZGVyEg8KB3ByaXZhdGUYDSABKAgiFQoFQ2h1bmsSDAoEZGF0YRgBIAEoDCJlChFJbnZhbGlkYXRlUmVxdWVzdBILCgN1cmwYASABKAkSCwoDa2V5GAIgASgJEiIKB2hlYWRlcnMYAyADKAsyES5jb29yZGQudjEuSGVhZGVyEhIKCmNyZWRlbnRpYWwYBCABKAkiMgoSSW52YWxpZGF0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRIPCgdleGlzdGVkGAIgASgIKk4KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfTEVBREVSEAESEQoNUk9MRV9GT0xMT1dFUhACEgwKCFJPTEVfSElUEAMqzwEKBVN0YWdlEhUKEVNUQUdFX1VOU1BFQ0lGSUVEEAASEAoMU1RBR0VfSk9JTkVEEAESEgoOU1RBR0VfRkVUQ0hJTkcQAhIYChRTVEFHRV9XQUlUSU5HX0xFQURFUhADEhYKElNUQUdFX1JBVEVfTElNSVRFRBAEEhIKDlNUQUdFX1JFVFJZSU5HEAUSFgoSU1RBR0VfQlJFQUtFUl9PUEVOEAYSFwoTU1RBR0VfU0VSVklOR19TVEFMRRAHEhIKDlNUQUdFX0RFR1JBREVEEAgqUwoGU291cmNlEhYKElNPVVJDRV9VTlNQRUNJRklFRBAAEg0KCVNPVVJDRV9MMRABEg0KCVNPVVJDRV9MMhACEhMKD1NPVVJDRV9VUFNUUkVBTRADMqwBChJDb29yZGluYXRvclNlcnZpY2USSwoKR2V0T3JGZXRjaBIcLmNvb3JkZC52MS5HZXRPckZldGNoUmVxdWVzdBodLmNvb3JkZC52MS5HZXRPckZldGNoUmVzcG9uc2UwARJJCgpJbnZhbGlkYXRlEhwuY29vcmRkLnYxLkludmFsaWRhdGVSZXF1ZXN0Gh0uY29vcmRkLnYxLkludmFsaWRhdGVSZXNwb25zZUIxWi9naXRodWIuY29tL2Nvb3JkZC9jb29yZGQvZ2VuL2Nvb3JkZC92MTtjb29yZGR2MWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("ChZjb29yZGQvdjEvY29vcmRkLnByb3RvEgljb29yZGQudjEi2AEKEUdldE9yRmV0Y2hSZXF1ZXN0EgsKA3VybBgBIAEoCRILCgNrZXkYAiABKAkSEAoIbm9fc3RhbGUYAyABKAgSKgoHbWF4X2FnZRgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIiCgdoZWFkZXJzGAUgAygLMhEuY29vcmRkLnYxLkhlYWRlchISCgpjcmVkZW50aWFsGAYgASgJEgwKBGhlYWQYByABKAgSJQoIcHJpb3JpdHkYCCABKA4yEy5jb29yZGQudjEuUHJpb3JpdHkiJQoGSGVhZGVyEgwKBG5hbWUYASABKAkSDQoFdmFsdWUYAiABKAkikgEKEkdldE9yRmV0Y2hSZXNwb25zZRInCghwcm9ncmVzcxgBIAEoCzITLmNvb3JkZC52MS5Qcm9ncmVzc0gAEicKCG1ldGFkYXRhGAIgASgLMhMuY29vcmRkLnYxLk1ldGFkYXRhSAASIQoFY2h1bmsYAyABKAsyEC5jb29yZGQudjEuQ2h1bmtIAEIHCgVldmVudCKUAQoIUHJvZ3Jlc3MSHQoEcm9sZRgBIAEoDjIPLmNvb3JkZC52MS5Sb2xlEh8KBXN0YWdlGAIgASgOMhAuY29vcmRkLnYxLlN0YWdlEg4KBmRldGFpbBgDIAEoCRIPCgdhdHRlbXB0GAQgASgFEicKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ivgIKCE1ldGFkYXRhEiEKBnNvdXJjZRgBIAEoDjIRLmNvb3JkZC52MS5Tb3VyY2USDQoFc3RhbGUYAiABKAgSEwoLc3RhdHVzX2NvZGUYAyABKAUSFAoMY29udGVudF90eXBlGAQgASgJEiYKA2FnZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIMCgRzaXplGAYgASgDEgsKA2tleRgHIAEoCRIQCgh1cHN0cmVhbRgIIAEoCRIMCgRldGFnGAkgASgJEhUKDWxhc3RfbW9kaWZpZWQYCiABKAkSJgoDdHRsGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiIKB2hlYWRlcnMYDCADKAsyES5jb29yZGQudjEuSGVhZGVyEg8KB3ByaXZhdGUYDSABKAgiFQoFQ2h1bmsSDAoEZGF0YRgBIAEoDCJlChFJbnZhbGlkYXRlUmVxdWVzdBILCgN1cmwYASABKAkSCwoDa2V5GAIgASgJEiIKB2hlYWRlcnMYAyADKAsyES5jb29yZGQudjEuSGVhZGVyEhIKCmNyZWRlbnRpYWwYBCABKAkiMgoSSW52YWxpZGF0ZVJlc3BvbnNlEgsKA2tleRgBIAEoCRIPCgdleGlzdGVkGAIgASgIKlcKCFByaW9yaXR5EhgKFFBSSU9SSVRZX1VOU1BFQ0lGSUVEEAASGAoUUFJJT1JJVFlfSU5URVJBQ1RJVkUQARIXChNQUklPUklUWV9CQUNLR1JPVU5EEAIqTgoEUm9sZRIUChBST0xFX1VOU1BFQ0lGSUVEEAASDwoLUk9MRV9MRUFERVIQARIRCg1ST0xFX0ZPTExPV0VSEAISDAoIUk9MRV9ISVQQAyrPAQoFU3RhZ2USFQoRU1RBR0VfVU5TUEVDSUZJRUQQABIQCgxTVEFHRV9KT0lORUQQARISCg5TVEFHRV9GRVRDSElORxACEhgKFFNUQUdFX1dBSVRJTkdfTEVBREVSEAMSFgoSU1RBR0VfUkFURV9MSU1JVEVEEAQSEgoOU1RBR0VfUkVUUllJTkcQBRIWChJTVEFHRV9CUkVBS0VSX09QRU4QBhIXChNTVEFHRV9TRVJWSU5HX1NUQUxFEAcSEgoOU1RBR0VfREVHUkFERUQQCCpTCgZTb3VyY2USFgoSU09VUkNFX1VOU1BFQ0lGSUVEEAASDQoJU09VUkNFX0wxEAESDQoJU09VUkNFX0wyEAISEwoPU09VUkNFX1VQU1RSRUFNEAMyrAEKEkNvb3JkaW5hdG9yU2VydmljZRJLCgpHZXRPckZldGNoEhwuY29vcmRkLnYxLkdldE9yRmV0Y2hSZXF1ZXN0Gh0uY29vcmRkLnYxLkdldE9yRmV0Y2hSZXNwb25zZTABEkkKCkludmFsaWRhdGUSHC5jb29yZGQudjEuSW52YWxpZGF0ZVJlcXVlc3QaHS5jb29yZGQudjEuSW52YWxpZGF0ZVJlc3BvbnNlQjFaL2dpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9nZW4vY29vcmRkL3YxO2Nvb3JkZHYxYgZwcm90bzM", [file_google_protobuf_duration]);
 
 /**
  * GetOrFetchRequest names the document to get.
@@ -86,6 +86,20 @@ export type GetOrFetchRequest = Message<"coordd.v1.GetOrFetchRequest"> & {
    * @generated from field: bool head = 7;
    */
   head: boolean;
+
+  /**
+   * priority says whether a caller is waiting on this call
+   * (PRIORITY_INTERACTIVE, the default) or not (PRIORITY_BACKGROUND: a
+   * prefetch, a warm-up job). Within a tenant, a fetch that only background
+   * calls wait for takes an upstream's slots after every fetch an
+   * interactive call waits for, as a stale-while-revalidate refresh does;
+   * a background call that joins a fetch an interactive call waits for
+   * shares it as any call does, and the copy it gets is the same. A value
+   * that is none of Priority's is INVALID_ARGUMENT.
+   *
+   * @generated from field: coordd.v1.Priority priority = 8;
+   */
+  priority: Priority;
 };
 
 /**
@@ -423,6 +437,41 @@ export const InvalidateResponseSchema: GenMessage<InvalidateResponse> = /*@__PUR
   messageDesc(file_coordd_v1_coordd, 7);
 
 /**
+ * Priority is whether a caller is waiting on a call.
+ *
+ * @generated from enum coordd.v1.Priority
+ */
+export enum Priority {
+  /**
+   * PRIORITY_UNSPECIFIED is PRIORITY_INTERACTIVE.
+   *
+   * @generated from enum value: PRIORITY_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * PRIORITY_INTERACTIVE: a caller is waiting on the call.
+   *
+   * @generated from enum value: PRIORITY_INTERACTIVE = 1;
+   */
+  INTERACTIVE = 1,
+
+  /**
+   * PRIORITY_BACKGROUND: no one is waiting on the call (a prefetch, a
+   * warm-up job); its fetch may wait for the interactive ones.
+   *
+   * @generated from enum value: PRIORITY_BACKGROUND = 2;
+   */
+  BACKGROUND = 2,
+}
+
+/**
+ * Describes the enum coordd.v1.Priority.
+ */
+export const PrioritySchema: GenEnum<Priority> = /*@__PURE__*/
+  enumDesc(file_coordd_v1_coordd, 0);
+
+/**
  * Role is the part a call plays in the fetch of its key.
  *
  * @generated from enum coordd.v1.Role
@@ -461,7 +510,7 @@ export enum Role {
  * Describes the enum coordd.v1.Role.
  */
 export const RoleSchema: GenEnum<Role> = /*@__PURE__*/
-  enumDesc(file_coordd_v1_coordd, 0);
+  enumDesc(file_coordd_v1_coordd, 1);
 
 /**
  * Stage is what a call is waiting for.
@@ -537,7 +586,7 @@ export enum Stage {
  * Describes the enum coordd.v1.Stage.
  */
 export const StageSchema: GenEnum<Stage> = /*@__PURE__*/
-  enumDesc(file_coordd_v1_coordd, 1);
+  enumDesc(file_coordd_v1_coordd, 2);
 
 /**
  * Source is the tier a document was served from.
@@ -578,7 +627,7 @@ export enum Source {
  * Describes the enum coordd.v1.Source.
  */
 export const SourceSchema: GenEnum<Source> = /*@__PURE__*/
-  enumDesc(file_coordd_v1_coordd, 2);
+  enumDesc(file_coordd_v1_coordd, 3);
 
 /**
  * CoordinatorService fetches documents from operator-configured upstreams on

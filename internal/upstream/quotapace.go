@@ -1,0 +1,258 @@
+package upstream
+
+import (
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Learned quotas. Every answer from the upstream may announce the quota
+// it counted the request against (parseQuota): what remains of it and
+// when it resets, per credential scope and per partition the upstream
+// names (GitHub's core and search). The guard paces each such quota so
+// that what remains lasts until the reset: each slot books one request of
+// the quota, and the next slot starts (reset - slot) / remaining later,
+// never earlier than the rate limit allows (stricter only). The shared
+// guard keeps the same state in Redis, one hash per quota beside the
+// upstream's guard hash (store/guard.go: admitScript and recordScript
+// run the same arithmetic as quotaWindow below).
+//
+// What is believed, and what is not (docs/upstream-protection.md):
+//   - an announcement within the window already known lowers what
+//     remains, never raises it, and moves the reset only later: a stale
+//     answer (sent before others that are still in flight), a second
+//     client of the same token, or garbage can only slow pacing down;
+//   - a reset later than the known one by more than quotaSlack starts a
+//     new window at what it announces;
+//   - when the known window ends without an answer from the next one,
+//     the next is assumed to hold the limit for as long as the last one
+//     (the longest reset seen), until an answer says otherwise;
+//   - a slot past the wait bound is refused, as any rate-limit slot is:
+//     a quota spent until a reset an hour away fails fetches at once with
+//     that Retry-After, and never stalls them beyond max_wait.
+
+// quotaSlack is how much later a reset must be than the known one to
+// start a new window rather than restate the current one: resets in
+// whole seconds (the draft's t, relative to an answer that took a while)
+// jitter by up to a second.
+const quotaSlack = time.Second
+
+// backgroundReserve is the part of a window's limit that background
+// fetches (FetchRequest.Background) never take: at least one request.
+func backgroundReserve(limit int64) int64 { return max(1, limit/10) }
+
+// quotaWindow is one learned quota, as the guard paces it. It is not safe
+// for concurrent use.
+type quotaWindow struct {
+	known     bool      // rem and reset hold a window
+	rem       int64     // requests left in the window, after the slots booked
+	reset     time.Time // when the window ends
+	limit     int64     // of the window; 0: not said
+	win       time.Duration
+	tat       time.Time // the earliest start of the next slot
+	partition string    // for status: partition, source, label
+	source    string
+	label     string
+	seen      time.Time // when the last announcement arrived
+}
+
+// margin is how far from its reset a window is taken to be uncertain: a
+// tenth of it, at most quotaSlack. Resets come in whole seconds, and a
+// request reaches the upstream a while after its slot starts (later still
+// on a busy machine), so a slot within margin of the reset may be counted
+// in either window: none starts there.
+func (w *quotaWindow) margin() time.Duration { return min(quotaSlack, w.win/10) }
+
+// edge is when w's next window is sure to have begun; last, when its own
+// last slot may start.
+func (w *quotaWindow) edge() time.Time { return w.reset.Add(w.margin()) }
+func (w *quotaWindow) last() time.Time { return w.reset.Add(-w.margin()) }
+
+// roll moves w past a window that ended by at: to the next one, assumed
+// to hold the limit for the window's length, or to unknown.
+func (w *quotaWindow) roll(at time.Time) {
+	if !w.known || w.edge().After(at) {
+		return
+	}
+	if w.limit <= 0 || w.win <= 0 {
+		w.known = false
+		return
+	}
+	n := int64(at.Sub(w.reset)/w.win) + 1
+	w.reset = w.reset.Add(time.Duration(n) * w.win)
+	w.rem = w.limit
+}
+
+// earliest is the earliest start the quota allows a slot asked at now:
+// now when nothing is known; else the pacing's next slot, with burst-1
+// slots of headroom. When the window is spent, again is true and at is
+// the window's edge: the attempt books nothing, waits for the edge and
+// asks again, so that no slot is booked in a window that no answer has
+// announced yet (its length and start are guesses until one does). held
+// is true for a background fetch when what remains is the reserve
+// (backgroundReserve): it must not book a slot at all.
+func (w *quotaWindow) earliest(now time.Time, burst int, background bool) (at time.Time, again, held bool) {
+	w.roll(now)
+	if !w.known {
+		return now, false, false
+	}
+	if background && w.rem <= backgroundReserve(w.limit) {
+		return w.edge(), false, true
+	}
+	if w.rem <= 0 {
+		return w.edge(), true, false
+	}
+	at = w.tat.Add(-time.Duration(burst-1) * w.interval(now))
+	if at.Before(now) {
+		at = now
+	}
+	if !at.Before(w.last()) {
+		return w.edge(), true, false
+	}
+	return at, false, false
+}
+
+// interval is the pacing at now: the time left for slots in the window
+// over what remains of it.
+func (w *quotaWindow) interval(now time.Time) time.Duration {
+	return max(w.last().Sub(now), 0) / time.Duration(max(w.rem, 1))
+}
+
+// book takes one request of the quota for a slot starting at at: the
+// next slot is what is left of the window over what remained, later.
+func (w *quotaWindow) book(at time.Time) {
+	w.roll(at)
+	if !w.known {
+		return
+	}
+	next := at
+	if w.tat.After(at) {
+		next = w.tat
+	}
+	next = next.Add(w.interval(at))
+	w.rem--
+	if w.rem <= 0 {
+		w.rem, w.tat = 0, w.edge()
+		return
+	}
+	w.tat = next
+}
+
+// learn takes in the quota q that an answer arriving at now announced.
+func (w *quotaWindow) learn(now time.Time, q Quota) {
+	reset := now.Add(q.Reset)
+	w.roll(now)
+	if !w.known || reset.After(w.reset.Add(quotaSlack)) {
+		w.known, w.rem, w.reset = true, q.Remaining, reset
+	} else {
+		w.rem = min(w.rem, q.Remaining)
+		if reset.After(w.reset) {
+			w.reset = reset
+		}
+	}
+	if q.Limit > 0 {
+		w.limit = q.Limit
+	}
+	w.win = max(w.win, q.Reset)
+	w.partition, w.source, w.seen = q.Partition, q.Source, now
+	if w.rem == 0 && w.tat.Before(w.edge()) {
+		w.tat = w.edge()
+	}
+}
+
+// quotaKey names one learned quota of an upstream: the credential scope
+// and the partition, "scope|partition".
+func quotaKey(scope, partition string) string { return scope + "|" + partition }
+
+// partitions maps the routes of an upstream (the first path segment
+// under its base url) to the quota partition their answers name, so that
+// a request is paced by its partition's quota before its answer says
+// which it is. Unknown routes are the default partition's. It is safe
+// for concurrent use.
+type partitions struct {
+	base string   // the upstream's base path, with a trailing slash
+	m    sync.Map // route → partition
+	n    atomic.Int32
+}
+
+// maxRoutes bounds the routes remembered: callers choose urls, and a
+// route past the bound is paced by the default partition.
+const maxRoutes = 256
+
+func newPartitions(baseURL string) *partitions {
+	p := &partitions{base: "/"}
+	if u, err := url.Parse(baseURL); err == nil {
+		p.base = strings.TrimSuffix(u.Path, "/") + "/"
+	}
+	return p
+}
+
+// route is u's first path segment under the base path.
+func (p *partitions) route(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	rest := strings.TrimPrefix(u.Path, p.base)
+	r, _, _ := strings.Cut(rest, "/")
+	return r
+}
+
+// of is the partition route was last answered under.
+func (p *partitions) of(route string) string {
+	if v, ok := p.m.Load(route); ok {
+		return v.(string)
+	}
+	return ""
+}
+
+// learn records that route is counted in partition.
+func (p *partitions) learn(r, partition string) {
+	v, ok := p.m.Load(r)
+	switch {
+	case ok && v.(string) != partition:
+		p.m.Store(r, partition)
+	case !ok && partition != "" && p.n.Add(1) <= maxRoutes:
+		p.m.Store(r, partition)
+	}
+}
+
+// quotaGauges keeps the quota each credential scope's answers last
+// announced, per partition, so that the metrics can show a partition's
+// total over every credential (never one credential's). It is safe for
+// concurrent use.
+type quotaGauges struct {
+	mu sync.Mutex
+	m  map[string]gauge // by quotaKey
+}
+
+type gauge struct {
+	partition   string
+	rem, limit  int64
+	reset, seen time.Time
+}
+
+func newQuotaGauges() *quotaGauges { return &quotaGauges{m: map[string]gauge{}} }
+
+// set records q for key, announced at now, and returns the partition's
+// remaining and limit summed over the credentials whose window has not
+// reset.
+func (g *quotaGauges) set(key string, q Quota, now time.Time) (rem, limit int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.m[key]; ok || len(g.m) < maxQuotas {
+		g.m[key] = gauge{partition: q.Partition, rem: q.Remaining, limit: q.Limit, reset: now.Add(q.Reset), seen: now}
+	}
+	for k, e := range g.m {
+		switch {
+		case now.After(e.reset) && now.Sub(e.seen) > time.Hour:
+			delete(g.m, k)
+		case e.partition == q.Partition && !now.After(e.reset):
+			rem += e.rem
+			limit += e.limit
+		}
+	}
+	return rem, limit
+}

@@ -1,0 +1,197 @@
+package upstream
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/testclock"
+)
+
+// TestQuotaPacing: the local guard and the shared one (Redis, same
+// arithmetic in Lua) pace a learned quota alike, on a fake clock: what
+// remains is spread until the reset, the request past it waits for the
+// next window, garbage slows pacing down and never speeds it up, a
+// window that ends without news is assumed full again, and background
+// fetches leave the reserve to fetches a caller waits on.
+func TestQuotaPacing(t *testing.T) {
+	p := Protection{RateLimit: -1, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
+	note := func(rem, limit int64, reset time.Duration) quotaNote {
+		return quotaNote{key: "s/a|core", scope: "s/a", route: "repos", label: "upstream",
+			q: Quota{Remaining: rem, Limit: limit, Reset: reset, Partition: "core", Source: "X-RateLimit-Remaining"}}
+	}
+	askFor := func(scope, partition, route string) quotaAsk {
+		return quotaAsk{key: quotaKey(scope, partition), scope: scope, partition: partition, route: route}
+	}
+	ask := askFor("s/a", "core", "repos")
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		// Before any answer, nothing paces but the rate limit (none here).
+		for range 3 {
+			if a := g.admit(time.Minute, ask); a.verdict != verdictAdmitted || a.wait != 0 {
+				t.Fatalf("before any answer: %v; want admitted at once", a)
+			}
+		}
+		// 10 left of 100 for 10s: the 10 slots spread over the window,
+		// the 11th waits for the next one (its reset plus a tenth of it).
+		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(10, 100, 10*time.Second))
+		var last time.Duration
+		for i := range 10 {
+			a := g.admit(time.Minute, ask)
+			if a.verdict != verdictAdmitted || a.wait < last || a.wait >= 10*time.Second {
+				t.Fatalf("slot %d: %v; want admitted within the window, after slot %d (%v)", i, a, i-1, last)
+			}
+			last = a.wait
+		}
+		if last < 8*time.Second {
+			t.Errorf("the 10th slot starts after %v; want the quota spread until the reset (≥ 8s)", last)
+		}
+		a := g.admit(time.Minute, ask)
+		if a.wait < 10*time.Second+time.Second || a.paced != a.wait {
+			t.Errorf("past the quota: %v (paced %v); want a wait past the reset and its margin, all of it the quota's", a, a.paced)
+		}
+		// Refused past the wait bound, without booking.
+		if a := g.admit(5*time.Second, ask); a.verdict != verdictOverLimit {
+			t.Errorf("past the quota with a 5s bound: %v; want over limit", a)
+		}
+		// Other scopes and partitions are not held back.
+		if a := g.admit(time.Minute, askFor("s/b", "core", "repos")); a.wait != 0 {
+			t.Errorf("another credential: %v; want at once", a)
+		}
+		if a := g.admit(time.Minute, askFor("s/a", "search", "search")); a.wait != 0 {
+			t.Errorf("another partition: %v; want at once", a)
+		}
+	})
+
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(100, 1000, 100*time.Second))
+		first := g.admit(time.Minute, ask) // at once; the next one a second later
+		second := g.admit(time.Minute, ask)
+		if first.wait != 0 || second.wait < 900*time.Millisecond || second.wait > 1100*time.Millisecond {
+			t.Fatalf("100 left for 100s: %v then %v; want 0 then about 1s", first, second)
+		}
+		// Garbage in the same window: more remaining and an earlier reset
+		// are not believed; the pacing does not speed up.
+		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(1000, 1000, 10*time.Second))
+		third := g.admit(time.Minute, ask)
+		if third.wait < second.wait+900*time.Millisecond {
+			t.Errorf("after an answer claiming more, sooner: %v after %v; want no faster than 1/s", third, second)
+		}
+		// Less remaining is believed at once: 5 left for the 100s.
+		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(5, 1000, 100*time.Second))
+		// (the next slot was booked already; the ones after it spread)
+		fourth, fifth := g.admit(2*time.Minute, ask), g.admit(2*time.Minute, ask)
+		if fifth.wait-fourth.wait < 15*time.Second {
+			t.Errorf("5 left for 100s: %v after %v; want about 20s apart", fifth, fourth)
+		}
+		// The background reserve: a tenth of the limit is kept for fetches
+		// a caller waits on.
+		clk.Advance(3 * time.Minute) // the window ended: assumed full again
+		if a := g.admit(time.Minute, ask); a.wait != 0 {
+			t.Errorf("after the window: %v; want at once (the limit is back)", a)
+		}
+		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(100, 1000, 100*time.Second+time.Minute))
+		if a := g.admit(10*time.Minute, quotaAsk{key: ask.key, scope: ask.scope, partition: ask.partition, route: ask.route, background: true}); a.verdict != verdictOverLimit || a.wait < 100*time.Second {
+			t.Errorf("background with 100 of 1000 left: %v; want it refused until the next window", a)
+		}
+		if a := g.admit(10*time.Minute, ask); a.wait > 2*time.Second {
+			t.Errorf("interactive with 100 of 1000 left: %v; want it paced, not held", a)
+		}
+	})
+}
+
+// quotaFake is an upstream with GitHub's primary limit: limit requests
+// per window per token, the window starting at a whole second with the
+// token's first request, X-RateLimit-* on every answer, a 403 past the
+// limit. It counts what it served and refused, per token.
+type quotaFake struct {
+	limit  int
+	window time.Duration
+
+	mu      sync.Mutex
+	start   map[string]time.Time
+	used    map[string]int
+	served  map[string]int
+	refused int
+}
+
+func (f *quotaFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	tok := r.Header.Get("Authorization")
+	now := time.Now()
+	f.mu.Lock()
+	if s, ok := f.start[tok]; !ok || !now.Before(s.Add(f.window)) {
+		f.start[tok], f.used[tok] = now.Truncate(time.Second), 0
+	}
+	reset := f.start[tok].Add(f.window)
+	f.used[tok]++
+	over := f.used[tok] > f.limit
+	if over {
+		f.refused++
+	} else {
+		f.served[tok]++
+	}
+	rem := max(f.limit-f.used[tok], 0)
+	f.mu.Unlock()
+	h := w.Header()
+	h.Set("X-RateLimit-Limit", strconv.Itoa(f.limit))
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(rem))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+	h.Set("X-RateLimit-Resource", "core")
+	if over {
+		w.WriteHeader(http.StatusForbidden)
+	}
+}
+
+// TestQuotaPacedAcrossInstances: three instances sharing Redis, two
+// credentials, many concurrent fetches more than one window's quota:
+// the upstream refuses none, because every instance paces each
+// credential by the quota the answers announce. With the quota not
+// learned (learn_quota: false), the same load at the same rate limit is
+// refused.
+func TestQuotaPacedAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("paces for seconds")
+	}
+	st := testStore(t)
+	run := func(t *testing.T, name string, learn bool) (refused int, served map[string]int) {
+		fake := &quotaFake{limit: 6, window: 2 * time.Second, start: map[string]time.Time{}, used: map[string]int{}, served: map[string]int{}}
+		srv := httptest.NewServer(fake)
+		defer srv.Close()
+		up := Config{Name: name, BaseURL: srv.URL}
+		up.Protection.RateLimit = 10 // before the first answer; above the two quotas' 6/s
+		up.Protection.MaxWait = time.Minute
+		up.Protection.LearnQuota = &learn
+		SetDefaults(&up)
+		if err := Validate(&up, "upstreams[0]"); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range 3 {
+			cl := NewClient(&up, Options{Shared: st, Logger: quietLogger()})
+			for j := range 6 {
+				for _, tok := range []string{"alice", "bob"} {
+					wg.Go(func() {
+						fr := FetchRequest{URL: srv.URL + "/repos/" + strconv.Itoa(i*10+j), Scoped: true, QuotaScope: "s/" + tok, QuotaLabel: "caller",
+							Header: http.Header{"Authorization": {"Bearer " + tok}}}
+						if _, err := cl.Fetch(context.Background(), fr, nil); err != nil {
+							t.Errorf("%s: fetch: %v", tok, err)
+						}
+					})
+				}
+			}
+		}
+		wg.Wait()
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return fake.refused, fake.served
+	}
+	if refused, served := run(t, "learned", true); refused != 0 || served["Bearer alice"] != 18 || served["Bearer bob"] != 18 {
+		t.Errorf("learned: %d refused, served %v; want none refused and 18 each (3 windows of 6)", refused, served)
+	}
+	if refused, _ := run(t, "fixed", false); refused == 0 {
+		t.Errorf("fixed rate limit: none refused; want some (the test would not tell pacing from luck)")
+	}
+}
