@@ -346,9 +346,13 @@ func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
 	if err := up.WaitCount(ctx, path, 1); err != nil {
 		t.Fatal(err)
 	}
-	held, releaseB := proxy.HoldNext("mget", path)
+	held, releaseB := proxy.HoldNext("lock", path)
 	go get(cb, rb)
-	<-held // b's L2 read ran: a miss
+	select { // b's claim (its L2 read) ran: a miss
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("b's claim never reached Redis")
+	}
 	close(release)
 	if o := <-ra; o.err != nil {
 		t.Fatal(o.err)
