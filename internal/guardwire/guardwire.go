@@ -36,6 +36,9 @@ type Admission struct {
 	Backoff time.Duration // how much of Wait is the upstream's backoff
 	Paced   time.Duration // how much of Wait the learned quota's pacing asks
 	Unknown bool          // the attempt named a quota that no answer has announced yet
+	// Slack is how late the slot may start and still be among its quota
+	// window's slots; -1: no quota paces it.
+	Slack time.Duration
 }
 
 // Record tells the shared guard an attempt's outcome (store's

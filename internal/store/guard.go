@@ -70,7 +70,8 @@ end
 // route (see luaQuota). It returns {verdict,
 // wait µs, gen, the state it changed to (empty if none), probe slot,
 // backoff µs, paced µs}, and when admitted, 1 if the quota is not known
-// yet. Verdict 'again' books nothing: the quota's window is spent, and the
+// yet, and the slack µs (-1: none): how late the slot may start and still
+// be within its quota window's slots. Verdict 'again' books nothing: the quota's window is spent, and the
 // attempt asks again after wait, when the next one begins.
 var admitScript = replaySafe(luaNow + luaQuota + `
 local h = KEYS[1]
@@ -150,7 +151,9 @@ if qk then
     redis.call('HDEL', qk, 'rem|' .. part)
   end
 end
-return {'ok', at - now, gen, changed, slot, boff, paced, unknown}
+local slack = -1
+if qrem then slack = qreset - margin() - at end
+return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack}
 `)
 
 // recordScript: ARGV = now, outcome ('s', 'f' or 'n'), gen, probe slot,
@@ -320,12 +323,12 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 	if err != nil {
 		return Admission{}, err
 	}
-	if len(res) != 7 && len(res) != 8 {
+	if len(res) != 7 && len(res) != 9 {
 		return Admission{}, fmt.Errorf("%w: admit script answered %v", ErrUnavailable, res)
 	}
 	verdict, _ := res[0].(string)
 	changed, _ := res[3].(string)
-	return Admission{
+	return withSlack(Admission{
 		Verdict: verdict,
 		Wait:    time.Duration(asInt(res[1])) * time.Microsecond,
 		Gen:     asInt(res[2]),
@@ -333,8 +336,9 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 		Probe:   int(asInt(res[4])),
 		Backoff: time.Duration(asInt(res[5])) * time.Microsecond,
 		Paced:   time.Duration(asInt(res[6])) * time.Microsecond,
-		Unknown: len(res) == 8 && asInt(res[7]) == 1,
-	}, nil
+		Unknown: len(res) >= 8 && asInt(res[7]) == 1,
+		Slack:   -1,
+	}, res), nil
 }
 
 // Record tells upstream's shared guard an attempt's outcome, in one round
@@ -382,4 +386,14 @@ func (r *Redis) BreakerState(ctx context.Context, upstream string) (string, erro
 		return "", err
 	}
 	return s, nil
+}
+
+// withSlack sets a's Slack from an admit script's answer res.
+func withSlack(a Admission, res []any) Admission {
+	if len(res) == 9 {
+		if us := asInt(res[8]); us >= 0 {
+			a.Slack = time.Duration(us) * time.Microsecond
+		}
+	}
+	return a
 }

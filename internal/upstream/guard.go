@@ -39,7 +39,17 @@ type admission struct {
 	// again: the quota's window is spent; nothing was booked, and the
 	// attempt asks again after wait, when the next window begins.
 	again bool
+	// slack: how late the slot may start and still be among its quota
+	// window's slots (-1: no quota paces it); started: when it did start,
+	// by the local clock (Client.admitAs).
+	slack   time.Duration
+	started time.Time
 }
+
+// late reports whether the attempt a admitted is about to go out past its
+// quota window's slots (delayed by slots in flight, or a busy machine),
+// where the upstream may count it in the next window.
+func (a admission) late() bool { return a.slack >= 0 && time.Since(a.started) > a.slack }
 
 // quotaAsk says which learned quota an attempt spends.
 type quotaAsk struct {
@@ -141,12 +151,16 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	if !ok {
 		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen, paced: paced}
 	}
+	slack := time.Duration(-1)
 	if w != nil {
 		w.book(now.Add(wait))
+		if w.known {
+			slack = max(w.last().Sub(now.Add(wait)), 0)
+		}
 	}
 	g.br.take(slot, now.Add(wait))
 	unknown := qa.key != "" && (w == nil || !w.known)
-	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown}
+	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack}
 }
 
 func (g *localGuard) record(a admission, o outcome, backoff time.Duration, n quotaNote) {
@@ -282,7 +296,7 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quota
 	if err != nil {
 		return admission{}, err
 	}
-	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown}
+	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack}
 	switch res.Verdict {
 	case "again":
 		a.again = true

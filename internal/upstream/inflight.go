@@ -73,6 +73,8 @@ type heldSlot struct {
 	token string // the shared slot's; "" for a local one
 	local *localScope
 	id    uint64 // the local slot's
+	// waited: the attempt waited for the slot (others held every one)
+	waited bool
 }
 
 // release gives the slot back, at once, even if ctx has ended (a holder
@@ -113,6 +115,7 @@ func (p *Client) takeSlot(ctx context.Context, fr FetchRequest, a admission, rep
 		p.m.RateLimitWait(p.up.Name, time.Since(start))
 	}
 	if err == nil && h.f != nil {
+		h.waited = told
 		return h, nil
 	}
 	p.record(ctx, a, outcomeNone, 0, quotaNote{})

@@ -186,8 +186,36 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 	for attempt := 1; ; attempt++ {
 		a, aerr := p.admit(ctx, fr, report)
 		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
-		if aerr == nil {
+		for again := 0; aerr == nil; again++ {
 			slot, aerr = p.takeSlot(ctx, fr, a, report)
+			if aerr != nil || again == 2 || !(slot.waited && a.unknown || a.late()) {
+				break
+			}
+			// Admitted before any answer had announced the quota, then
+			// held up by the slots in flight while answers came back; or
+			// held up past the quota window's slots, where the upstream
+			// may count the request in the next window: ask the quota
+			// again (a slot booked late goes unused). Go at once if it
+			// allows; else give the slot in flight back while paced.
+			qa := p.quotaAsk(fr)
+			qa.quotaOnly = true
+			b := p.ask(ctx, p.bound(ctx, fr), qa)
+			if b.verdict == verdictAdmitted && !b.again && b.wait == 0 {
+				a, a.started = b, time.Now()
+				break
+			}
+			slot.release(ctx)
+			if b.verdict != verdictAdmitted || b.again {
+				a, aerr = p.admitAs(ctx, fr, qa, report) // refused, or waits for the next window
+				continue
+			}
+			report(Event{Stage: StageRateLimited, Wait: b.wait, Detail: "pacing by the quota " + p.up.Name + " announced"})
+			if !sleep(ctx, b.wait) {
+				p.record(ctx, b, outcomeNone, 0, quotaNote{})
+				aerr = fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
+				break
+			}
+			a, a.started = b, time.Now()
 		}
 		if aerr != nil {
 			if attempt > 1 {
@@ -197,7 +225,6 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		actx, at := p.startAttempt(ctx, fr, attempt, hop)
 		resp, err = p.next.Fetch(actx, fr, report)
-		slot.release(ctx)
 		at.end(resp, err)
 		p.m.UpstreamRequest(p.up.Name, statusOf(resp))
 		o, why := classify(ctx, resp, err)
@@ -207,11 +234,18 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 			// The answer goes to the callers now; its outcome reaches the
 			// shared breaker a Redis round trip later. Not for a half-open
 			// probe, whose slot the next probe waits for, nor a redirect,
-			// whose next hop is admitted by the state this records.
-			p.bg.Go(func() { p.record(context.WithoutCancel(ctx), a, o, backoff, note) })
+			// whose next hop is admitted by the state this records. The
+			// slot in flight is given back once the quota the answer
+			// announced is recorded, so that the attempt it wakes is
+			// paced by it.
+			p.bg.Go(func() {
+				p.record(context.WithoutCancel(ctx), a, o, backoff, note)
+				slot.release(context.WithoutCancel(ctx))
+			})
 			return resp, err
 		}
 		p.record(ctx, a, o, backoff, note)
+		slot.release(ctx)
 		if o != outcomeFailure || attempt >= rp.MaxAttempts || ctx.Err() != nil {
 			return resp, err
 		}
@@ -250,7 +284,11 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 // is spent books nothing: the attempt waits for the next window and asks
 // again.
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
-	qa := p.quotaAsk(fr)
+	return p.admitAs(ctx, fr, p.quotaAsk(fr), report)
+}
+
+// admitAs is admit, asking first for qa.
+func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, report func(Event)) (admission, error) {
 	for {
 		bound := p.bound(ctx, fr)
 		var (
@@ -303,6 +341,7 @@ func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event))
 			continue
 		}
 		if !a.unknown || a.wait == 0 || a.probe > 0 || qa.quotaOnly {
+			a.started = time.Now()
 			return a, nil
 		}
 		qa = p.quotaAsk(fr) // its partition may be known by now

@@ -146,7 +146,7 @@ func (f *quotaFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // TestQuotaPacedAcrossInstances: three instances sharing Redis, two
-// credentials, many concurrent fetches more than one window's quota:
+// credentials, many concurrent fetches, two windows' quota:
 // the upstream refuses none, because every instance paces each
 // credential by the quota the answers announce. With the quota not
 // learned (learn_quota: false), the same load at the same rate limit is
@@ -156,12 +156,15 @@ func TestQuotaPacedAcrossInstances(t *testing.T) {
 		t.Skip("paces for seconds")
 	}
 	st := testStore(t)
-	run := func(t *testing.T, name string, learn bool) (refused int, served map[string]int) {
-		fake := &quotaFake{limit: 6, window: 2 * time.Second, start: map[string]time.Time{}, used: map[string]int{}, served: map[string]int{}}
+	run := func(t *testing.T, name string, learn bool, rate, maxInFlight int) (refused int, served map[string]int) {
+		// 5s windows: no slot starts within 500ms of a reset, which
+		// covers a request that reaches the fake late on a busy machine.
+		fake := &quotaFake{limit: 6, window: 5 * time.Second, start: map[string]time.Time{}, used: map[string]int{}, served: map[string]int{}}
 		srv := httptest.NewServer(fake)
 		defer srv.Close()
 		up := Config{Name: name, BaseURL: srv.URL}
-		up.Protection.RateLimit = 10 // before the first answer; above the two quotas' 6/s
+		up.Protection.RateLimit = rate
+		up.Protection.MaxInFlight = maxInFlight
 		up.Protection.MaxWait = time.Minute
 		up.Protection.LearnQuota = &learn
 		SetDefaults(&up)
@@ -171,7 +174,7 @@ func TestQuotaPacedAcrossInstances(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 3 {
 			cl := NewClient(&up, Options{Shared: st, Logger: quietLogger()})
-			for j := range 6 {
+			for j := range 4 {
 				for _, tok := range []string{"alice", "bob"} {
 					wg.Go(func() {
 						fr := FetchRequest{URL: srv.URL + "/repos/" + strconv.Itoa(i*10+j), Scoped: true, QuotaScope: "s/" + tok, QuotaLabel: "caller",
@@ -188,10 +191,18 @@ func TestQuotaPacedAcrossInstances(t *testing.T) {
 		defer fake.mu.Unlock()
 		return fake.refused, fake.served
 	}
-	if refused, served := run(t, "learned", true); refused != 0 || served["Bearer alice"] != 18 || served["Bearer bob"] != 18 {
-		t.Errorf("learned: %d refused, served %v; want none refused and 18 each (3 windows of 6)", refused, served)
+	// A rate limit of 10/s holds before the first answer, above the two
+	// quotas' 6/s.
+	if refused, served := run(t, "learned", true, 10, 0); refused != 0 || served["Bearer alice"] != 12 || served["Bearer bob"] != 12 {
+		t.Errorf("learned: %d refused, served %v; want none refused and 12 each (2 windows of 6)", refused, served)
 	}
-	if refused, _ := run(t, "fixed", false); refused == 0 {
+	if refused, _ := run(t, "fixed", false, 10, 0); refused == 0 {
 		t.Errorf("fixed rate limit: none refused; want some (the test would not tell pacing from luck)")
+	}
+	// No rate limit, only slots in flight: the whole burst is admitted
+	// before the first answer, and the attempts held up by the slots ask
+	// the quota again once answers are back.
+	if refused, served := run(t, "inflight", true, -1, 2); refused != 0 || served["Bearer alice"] != 12 || served["Bearer bob"] != 12 {
+		t.Errorf("no rate limit, max_in_flight 2: %d refused, served %v; want none refused and 12 each", refused, served)
 	}
 }
