@@ -23,6 +23,7 @@
 package fakeapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -132,6 +133,9 @@ type API struct {
 	windows  map[quotaKey]*window // the primary limit's, with Options.Window
 	inFlight map[string]int       // requests being served, by login
 	limits   map[string]*Stats    // by login
+	// changed is closed and replaced whenever a request is admitted or
+	// leaves, so that a test can wait for that instead of polling.
+	changed chan struct{}
 }
 
 // Hit is one kind of request counted: its path with the query, and the
@@ -162,7 +166,8 @@ func Start(opts Options) *API {
 		opts.Now = time.Now
 	}
 	a := &API{opts: opts, hits: map[Hit]int{}, used: map[string]int{}, last: map[string]http.Header{},
-		windows: map[quotaKey]*window{}, inFlight: map[string]int{}, limits: map[string]*Stats{}}
+		windows: map[quotaKey]*window{}, inFlight: map[string]int{}, limits: map[string]*Stats{},
+		changed: make(chan struct{})}
 	a.srv = httptest.NewServer(http.HandlerFunc(a.serve))
 	return a
 }
@@ -388,6 +393,7 @@ func (a *API) enter(w http.ResponseWriter, login, resource string) bool {
 		a.inFlight[login]++
 		st.MaxConcurrent = max(st.MaxConcurrent, a.inFlight[login])
 		st.Served++
+		a.signalLocked()
 		if win != nil {
 			win.used++
 		}
@@ -429,6 +435,31 @@ func (a *API) leave(login string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.inFlight[login]--
+	a.signalLocked()
+}
+
+// signalLocked wakes every waitUntil. a.mu must be held.
+func (a *API) signalLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// waitUntil waits until cond, checked after each admission and each
+// request's end, holds, or ctx ends (false).
+func (a *API) waitUntil(ctx context.Context, cond func() bool) bool {
+	for {
+		a.mu.Lock()
+		ch := a.changed // taken before cond: no change is missed
+		a.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // limitOf is the requests per window login may make to resource.

@@ -167,23 +167,20 @@ func hold(t *testing.T, a *API, login, token string) (release func()) {
 			t.Errorf("held request: %v", err)
 		}
 	}()
-	// The admission is recorded in Stats: wait for that signal.
-	for deadline := time.Now().Add(10 * time.Second); a.Stats(login).Served == before; {
-		if time.Now().After(deadline) { // a bound for a stuck server, not a speed check
-			t.Fatalf("the held request of %s was never admitted", login)
-		}
-		time.Sleep(time.Millisecond)
+	// A bound for a stuck server, not a speed check.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if !a.waitUntil(wctx, func() bool { return a.Stats(login).Served != before }) {
+		wcancel()
+		t.Fatalf("the held request of %s was never admitted", login)
 	}
 	return func() {
+		defer wcancel()
 		cancel()
 		<-done
 		// The server's handler ends on its own goroutine once it sees the
 		// cancellation; wait until it has left.
-		for deadline := time.Now().Add(10 * time.Second); a.inFlightOf(login) > 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("the held request of %s never left", login)
-			}
-			time.Sleep(time.Millisecond)
+		if !a.waitUntil(wctx, func() bool { return a.inFlightOf(login) == 0 }) {
+			t.Fatalf("the held request of %s never left", login)
 		}
 	}
 }
