@@ -408,7 +408,7 @@ func (p *Client) quotaNote(fr FetchRequest, resp *Response) quotaNote {
 	}
 	n := quotaNote{key: quotaKey(fr.QuotaScope, q.Partition), scope: fr.QuotaScope, route: route, label: label, q: q}
 	rem, limit := p.gauges.set(n.key, q, now)
-	p.m.UpstreamQuota(p.up.Name, q.Partition, rem, limit)
+	p.m.UpstreamQuota(p.up.Name, p.gauges.label(q.Partition), rem, limit)
 	return n
 }
 

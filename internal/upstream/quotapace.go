@@ -224,9 +224,15 @@ func (p *partitions) learn(r, partition string) {
 // total over every credential (never one credential's). It is safe for
 // concurrent use.
 type quotaGauges struct {
-	mu sync.Mutex
-	m  map[string]gauge // by quotaKey
+	mu     sync.Mutex
+	m      map[string]gauge    // by quotaKey
+	labels map[string]struct{} // partitions given a metric label of their own
 }
+
+// maxPartitionLabels bounds the partitions of one upstream that get a
+// metric label of their own: the upstream names them (the draft's pk may
+// be per user), and a metric's labels must stay few.
+const maxPartitionLabels = 16
 
 type gauge struct {
 	partition   string
@@ -234,7 +240,27 @@ type gauge struct {
 	reset, seen time.Time
 }
 
-func newQuotaGauges() *quotaGauges { return &quotaGauges{m: map[string]gauge{}} }
+func newQuotaGauges() *quotaGauges {
+	return &quotaGauges{m: map[string]gauge{}, labels: map[string]struct{}{}}
+}
+
+// label is partition's metric label: itself if it is a short name of
+// letters, digits, '_', '.' or '-' among the first maxPartitionLabels
+// seen, else "other".
+func (g *quotaGauges) label(partition string) string {
+	if len(partition) > 32 || strings.Trim(partition, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != "" {
+		return "other"
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.labels[partition]; !ok {
+		if len(g.labels) >= maxPartitionLabels {
+			return "other"
+		}
+		g.labels[partition] = struct{}{}
+	}
+	return partition
+}
 
 // set records q for key, announced at now, and returns the partition's
 // remaining and limit summed over the credentials whose window has not

@@ -206,3 +206,29 @@ func TestQuotaPacedAcrossInstances(t *testing.T) {
 		t.Errorf("no rate limit, max_in_flight 2: %d refused, served %v; want none refused and 12 each", refused, served)
 	}
 }
+
+// TestQuotaGaugeLabels: the partitions an upstream names become metric
+// labels only while they are few and look like names; a per-user key
+// (the draft's pk) or the 17th partition is "other".
+func TestQuotaGaugeLabels(t *testing.T) {
+	g := newQuotaGauges()
+	for _, p := range []string{"", "core", "search", "graphql"} {
+		if got := g.label(p); got != p {
+			t.Errorf("label(%q) = %q; want it kept", p, got)
+		}
+	}
+	for _, p := range []string{"dXNlcjE=", "a b", string(make([]byte, 33))} {
+		if got := g.label(p); got != "other" {
+			t.Errorf("label(%q) = %q; want other", p, got)
+		}
+	}
+	for i := range 20 {
+		g.label("p" + strconv.Itoa(i))
+	}
+	if got := g.label("p19"); got != "other" {
+		t.Errorf("the 24th partition: %q; want other", got)
+	}
+	if got := g.label("core"); got != "core" {
+		t.Errorf("a partition labelled before the bound: %q; want core", got)
+	}
+}
