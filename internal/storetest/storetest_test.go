@@ -54,12 +54,30 @@ func TestDefaultPrefix(t *testing.T) {
 // store's own operations left it, and its events are the store's.
 func TestStoreAsked(t *testing.T) {
 	rs := redistest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	r := store.Start(ctx, rs.Client(t), store.Config{Prefix: "p:", Timeout: 2 * time.Second, RetryInterval: 50 * time.Millisecond, ResultTTL: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	back := make(chan struct{}, 1)
+	r := store.Start(ctx, rs.Client(t), store.Config{Prefix: "p:", Timeout: 2 * time.Second, RetryInterval: 50 * time.Millisecond, ResultTTL: time.Minute,
+		OnHealth: func(up bool) {
+			if up {
+				select {
+				case back <- struct{}{}:
+				default:
+				}
+			}
+		}})
 	t.Cleanup(func() {
 		cancel()
 		r.Wait()
 	})
+	// A busy machine can start the store down (its subscription late):
+	// what is published before the store subscribes reaches nobody.
+	if !r.Healthy() {
+		select {
+		case <-back:
+		case <-ctx.Done():
+			t.Fatal("the store never came up")
+		}
+	}
 	st := storetest.New(rs.Client(t), "p:")
 	evs, err := st.Subscribe(ctx)
 	if err != nil {
@@ -96,7 +114,12 @@ func TestStoreAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		ev := <-w.Events()
+		var ev storetest.Event
+		select {
+		case ev = <-w.Events():
+		case <-ctx.Done():
+			t.Fatal("the store never read the event published")
+		}
 		if ev.Type == storetest.EventFail {
 			if ev.Token != "t" || ev.Msg != "m" {
 				t.Fatalf("the store read %+v; want the event published", ev)
