@@ -39,6 +39,12 @@ type Admission struct {
 	// Slack is how late the slot may start and still be among its quota
 	// window's slots; -1: no quota paces it.
 	Slack time.Duration
+	// RateLater: the learned quota paces the slot, and the rate limit is
+	// not booked for it: the attempt asks the rate limit alone (an Admit
+	// without Quota) when the slot starts. A slot booked ahead by one
+	// credential's pacing would otherwise hold the rate limit, which
+	// every credential of the upstream shares, until then.
+	RateLater bool
 }
 
 // Record tells the shared guard an attempt's outcome (store's
@@ -72,6 +78,9 @@ type QuotaNote struct {
 	Partition string
 	Source    string // the header it was read from
 	Label     string // whose credential, for a status page
+	// Unbooked: the request was admitted before its quota was known, so
+	// no slot of the quota was booked for it (upstream's quotaNote).
+	Unbooked bool
 }
 
 // QuotaState is a learned quota as a status page shows it.

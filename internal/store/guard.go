@@ -70,9 +70,11 @@ end
 // route (see luaQuota). It returns {verdict,
 // wait µs, gen, the state it changed to (empty if none), probe slot,
 // backoff µs, paced µs}, and when admitted, 1 if the quota is not known
-// yet, and the slack µs (-1: none): how late the slot may start and still
-// be within its quota window's slots. Verdict 'again' books nothing: the quota's window is spent, and the
-// attempt asks again after wait, when the next one begins.
+// yet, the slack µs (-1: none): how late the slot may start and still
+// be within its quota window's slots, and 1 if the slot books the rate
+// limit when it starts (Admission.RateLater). Verdict 'again' books
+// nothing: the quota's window is spent, and the attempt asks again after
+// wait, when the next one begins.
 var admitScript = replaySafe(luaNow + luaQuota + `
 local h = KEYS[1]
 local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -127,13 +129,15 @@ if qrem then
 end
 local paced = at - now
 at = math.max(at, backoff)
-if interval > 0 then at = math.max(at, tat - tau) end
+local later = 0
+if interval > 0 and qrem and paced > 0 and slot == 0 then later = 1 end
+if interval > 0 and later == 0 then at = math.max(at, tat - tau) end
 local boff = math.max(backoff - now, 0)
 if at - now > maxwait then
   redis.call('PEXPIRE', h, ttl)
   return {'limited', at - now, gen, changed, 0, boff, paced}
 end
-if interval > 0 then redis.call('HSET', h, 'tat', fmt(math.max(tat, at) + interval)) end
+if interval > 0 and later == 0 then redis.call('HSET', h, 'tat', fmt(math.max(tat, at) + interval)) end
 if slot > 0 then redis.call('HSET', h, 'p' .. slot, fmt(at + lease)) end
 redis.call('PEXPIRE', h, ttl)
 if qk then
@@ -153,7 +157,7 @@ if qk then
 end
 local slack = -1
 if qrem then slack = qreset - margin() - at end
-return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack}
+return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack, later}
 `)
 
 // recordScript: ARGV = now, outcome ('s', 'f' or 'n'), gen, probe slot,
@@ -161,7 +165,8 @@ return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack}
 // open for µs, close after, probe slots, key ttl ms, and for a quota the
 // answer announced (KEYS[2] its credential scope's hash, KEYS[3] the
 // upstream's index of scopes): remaining, limit (0: not said), reset µs
-// from now, partition, source, label, the scope, the route answered. It returns {the state
+// from now, partition, source, label, the scope, the route answered, and
+// '1' if the request was not booked (QuotaNote.Unbooked). It returns {the state
 // before, the state it changed to (empty if none)}.
 var recordScript = replaySafe(luaNow + `
 local h = KEYS[1]
@@ -244,6 +249,7 @@ if #KEYS == 4 then
     if not rem or nreset > reset + 1000000 then
       rem, reset = arem, nreset
     else
+      if ARGV[22] == '1' then rem = math.max(rem - 1, 0) end
       rem = math.min(rem, arem)
       reset = math.max(reset, nreset)
     end
@@ -323,21 +329,22 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 	if err != nil {
 		return Admission{}, err
 	}
-	if len(res) != 7 && len(res) != 9 {
+	if len(res) != 7 && len(res) != 10 {
 		return Admission{}, fmt.Errorf("%w: admit script answered %v", ErrUnavailable, res)
 	}
 	verdict, _ := res[0].(string)
 	changed, _ := res[3].(string)
 	return withSlack(Admission{
-		Verdict: verdict,
-		Wait:    time.Duration(asInt(res[1])) * time.Microsecond,
-		Gen:     asInt(res[2]),
-		Changed: changed,
-		Probe:   int(asInt(res[4])),
-		Backoff: time.Duration(asInt(res[5])) * time.Microsecond,
-		Paced:   time.Duration(asInt(res[6])) * time.Microsecond,
-		Unknown: len(res) >= 8 && asInt(res[7]) == 1,
-		Slack:   -1,
+		Verdict:   verdict,
+		Wait:      time.Duration(asInt(res[1])) * time.Microsecond,
+		Gen:       asInt(res[2]),
+		Changed:   changed,
+		Probe:     int(asInt(res[4])),
+		Backoff:   time.Duration(asInt(res[5])) * time.Microsecond,
+		Paced:     time.Duration(asInt(res[6])) * time.Microsecond,
+		Unknown:   len(res) >= 8 && asInt(res[7]) == 1,
+		RateLater: len(res) >= 10 && asInt(res[9]) == 1,
+		Slack:     -1,
 	}, res), nil
 }
 
@@ -353,7 +360,11 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 	keys := []string{key}
 	if q := o.Quota; q != nil {
 		keys = append(keys, r.quotaKey(upstream, q.Scope), r.quotaIndex(upstream))
-		args = append(args, q.Remaining, q.Limit, q.Reset.Microseconds(), q.Partition, q.Source, q.Label, q.Scope, q.Route)
+		unbooked := "0"
+		if q.Unbooked {
+			unbooked = "1"
+		}
+		args = append(args, q.Remaining, q.Limit, q.Reset.Microseconds(), q.Partition, q.Source, q.Label, q.Scope, q.Route, unbooked)
 	}
 	var res []any
 	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
@@ -390,7 +401,7 @@ func (r *Redis) BreakerState(ctx context.Context, upstream string) (string, erro
 
 // withSlack sets a's Slack from an admit script's answer res.
 func withSlack(a Admission, res []any) Admission {
-	if len(res) == 9 {
+	if len(res) >= 9 {
 		if us := asInt(res[8]); us >= 0 {
 			a.Slack = time.Duration(us) * time.Microsecond
 		}

@@ -44,6 +44,12 @@ type admission struct {
 	// by the local clock (Client.admitAs).
 	slack   time.Duration
 	started time.Time
+	// rateLater: the learned quota paces the slot (paced > 0), and the
+	// rate limit, which every credential of the upstream shares, was not
+	// booked for it; Client.admitAs asks it alone (quotaAsk.rateOnly)
+	// when the slot starts. Booked now, at the paced start, it would hold
+	// every other credential's requests until then.
+	rateLater bool
 }
 
 // late reports whether the attempt a admitted is about to go out past its
@@ -59,6 +65,7 @@ type quotaAsk struct {
 	route      string // the url's first path segment (the shared guard maps it)
 	background bool   // FetchRequest.Background: never the reserve of a window
 	quotaOnly  bool   // a slot already started: ask the quota alone, not the rate limit
+	rateOnly   bool   // a slot the quota paced starts (admission.rateLater): ask the rate limit alone; key is ""
 }
 
 // quotaNote is what an answer announced of the quota it was counted in.
@@ -68,6 +75,13 @@ type quotaNote struct {
 	route string // the url's first path segment, now known to count in q.Partition
 	label string // whose credential (FetchRequest.QuotaLabel)
 	q     Quota
+	// unbooked: the request was admitted before the quota was known
+	// (admission.unknown), so no slot was booked for it. The window may
+	// have been learned meanwhile from an answer the upstream counted
+	// before this request, and booked from: this one is taken off what
+	// remains too, unless the answer says less. A window learned from an
+	// answer counted after it is then one short: slower, never refused.
+	unbooked bool
 }
 
 // probeLease bounds how long a half-open probe holds its slot after its
@@ -145,7 +159,11 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	}
 	paced := max(floor.Sub(now), 0)
 	wait, backoff, ok := paced, time.Duration(0), paced <= maxWait
-	if !qa.quotaOnly {
+	rateLater := !qa.quotaOnly && paced > 0 && slot == 0 && g.limit.interval > 0
+	switch {
+	case rateLater:
+		wait, backoff, ok = g.limit.hold(now, floor, maxWait)
+	case !qa.quotaOnly:
 		wait, backoff, ok = g.limit.reserve(now, floor, maxWait)
 	}
 	if !ok {
@@ -160,7 +178,7 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	}
 	g.br.take(slot, now.Add(wait))
 	unknown := qa.key != "" && (w == nil || !w.known)
-	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack}
+	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack, rateLater: rateLater}
 }
 
 func (g *localGuard) record(a admission, o outcome, backoff time.Duration, n quotaNote) {
@@ -203,7 +221,7 @@ func (g *localGuard) learnLocked(now time.Time, n quotaNote) {
 		w = &quotaWindow{}
 		g.quotas[n.key] = w
 	}
-	w.learn(now, n.q)
+	w.learn(now, n.q, n.unbooked)
 	w.label = n.label
 }
 
@@ -296,7 +314,7 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quota
 	if err != nil {
 		return admission{}, err
 	}
-	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack}
+	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack, rateLater: res.RateLater}
 	switch res.Verdict {
 	case "again":
 		a.again = true
@@ -321,7 +339,7 @@ func (g *sharedGuard) record(ctx context.Context, a admission, o outcome, backof
 	}
 	if n.key != "" {
 		r.Quota = &guardwire.QuotaNote{Scope: n.scope, Route: n.route, Remaining: n.q.Remaining, Limit: n.q.Limit, Reset: n.q.Reset,
-			Partition: n.q.Partition, Source: n.q.Source, Label: n.label}
+			Partition: n.q.Partition, Source: n.q.Source, Label: n.label, Unbooked: n.unbooked}
 	}
 	from, to, err := g.s.Record(ctx, g.up, r)
 	if err != nil {

@@ -230,6 +230,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		o, why := classify(ctx, resp, err)
 		backoff := p.sharedBackoff(fr, resp)
 		note := p.quotaNote(fr, resp)
+		note.unbooked = a.unknown
 		if o == outcomeSuccess && a.shared && a.probe == 0 && p.bg != nil && !isRedirect(resp) {
 			// The answer goes to the callers now; its outcome reaches the
 			// shared breaker a Redis round trip later. Not for a half-open
@@ -282,13 +283,16 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 // slots at once, before the first answer is back, and must not all go
 // out at the rate limit when the quota says slower. A quota whose window
 // is spent books nothing: the attempt waits for the next window and asks
-// again.
+// again. A slot the quota paces books the rate limit, which the
+// upstream's other credentials share, only when it starts
+// (admission.rateLater).
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
 	return p.admitAs(ctx, fr, p.quotaAsk(fr), report)
 }
 
 // admitAs is admit, asking first for qa.
 func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, report func(Event)) (admission, error) {
+	var paced *admission // the quota's slot, started, while the rate limit is asked (rateLater)
 	for {
 		bound := p.bound(ctx, fr)
 		var (
@@ -296,10 +300,11 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			err    error
 			queued bool
 		)
-		if !qa.quotaOnly && p.fair.contended(fr.QuotaScope) {
+		first := !qa.quotaOnly && !qa.rateOnly // asked for the rate limit and the quota: the queue's
+		if first && p.fair.contended(fr.QuotaScope) {
 			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
 			queued = true
-		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && !qa.quotaOnly {
+		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {
 			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report)
 			queued = true
 		}
@@ -339,6 +344,15 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 		if a.again {
 			qa = p.quotaAsk(fr)
 			continue
+		}
+		if a.rateLater {
+			a.started = time.Now()
+			paced, qa = &a, quotaAsk{rateOnly: true}
+			continue
+		}
+		if paced != nil { // how late the attempt may go is the quota slot's
+			a.slack, a.started, a.paced = paced.slack, paced.started, paced.paced
+			return a, nil
 		}
 		if !a.unknown || a.wait == 0 || a.probe > 0 || qa.quotaOnly {
 			a.started = time.Now()

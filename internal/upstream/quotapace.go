@@ -140,13 +140,17 @@ func (w *quotaWindow) book(at time.Time) {
 	w.tat = next
 }
 
-// learn takes in the quota q that an answer arriving at now announced.
-func (w *quotaWindow) learn(now time.Time, q Quota) {
+// learn takes in the quota q that an answer arriving at now announced,
+// to a request booked in no window if unbooked (quotaNote.unbooked).
+func (w *quotaWindow) learn(now time.Time, q Quota, unbooked bool) {
 	reset := now.Add(q.Reset)
 	w.roll(now)
 	if !w.known || reset.After(w.reset.Add(quotaSlack)) {
 		w.known, w.rem, w.reset = true, q.Remaining, reset
 	} else {
+		if unbooked {
+			w.rem = max(w.rem-1, 0)
+		}
 		w.rem = min(w.rem, q.Remaining)
 		if reset.After(w.reset) {
 			w.reset = reset

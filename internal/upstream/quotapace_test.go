@@ -2,9 +2,11 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,6 +118,7 @@ type quotaFake struct {
 	used    map[string]int
 	served  map[string]int
 	refused int
+	trace   []string // each request: token, its window's offset, count; logged when a test fails
 }
 
 func (f *quotaFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -134,6 +137,7 @@ func (f *quotaFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.served[tok]++
 	}
 	rem := max(f.limit-f.used[tok], 0)
+	f.trace = append(f.trace, fmt.Sprintf("%s %s +%v #%d over=%v", now.Format("15:04:05.000"), tok, now.Sub(f.start[tok]).Round(time.Millisecond), f.used[tok], over))
 	f.mu.Unlock()
 	h := w.Header()
 	h.Set("X-RateLimit-Limit", strconv.Itoa(f.limit))
@@ -157,9 +161,15 @@ func TestQuotaPacedAcrossInstances(t *testing.T) {
 	}
 	st := testStore(t)
 	run := func(t *testing.T, name string, learn bool, rate, maxInFlight int) (refused int, served map[string]int) {
+		var fake *quotaFake
+		defer func() {
+			if learn && refused != 0 {
+				t.Logf("%s: the requests the fake saw:\n%s", name, strings.Join(fake.trace, "\n"))
+			}
+		}()
 		// 5s windows: no slot starts within 500ms of a reset, which
 		// covers a request that reaches the fake late on a busy machine.
-		fake := &quotaFake{limit: 6, window: 5 * time.Second, start: map[string]time.Time{}, used: map[string]int{}, served: map[string]int{}}
+		fake = &quotaFake{limit: 6, window: 5 * time.Second, start: map[string]time.Time{}, used: map[string]int{}, served: map[string]int{}}
 		srv := httptest.NewServer(fake)
 		defer srv.Close()
 		up := Config{Name: name, BaseURL: srv.URL}
@@ -231,4 +241,79 @@ func TestQuotaGaugeLabels(t *testing.T) {
 	if got := g.label("core"); got != "core" {
 		t.Errorf("a partition labelled before the bound: %q; want core", got)
 	}
+}
+
+// TestQuotaPacingHoldsNoOtherScope: a credential's quota pacing books
+// its slots ahead; the upstream's rate limit, which every credential
+// shares, must not be booked that far ahead with them, or every other
+// credential's request waits behind the paced ones (a heavy tenant's
+// batch made a light tenant with its own credential wait 600 ms). A slot
+// the quota paces books the rate limit when it starts (rateLater), so
+// the rate limit stays strict for all.
+func TestQuotaPacingHoldsNoOtherScope(t *testing.T) {
+	p := Protection{RateLimit: 10, Burst: 1, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
+	a := quotaAsk{key: quotaKey("s/a", "core"), scope: "s/a", partition: "core", route: "repos"}
+	b := quotaAsk{key: quotaKey("s/b", "core"), scope: "s/b", partition: "core", route: "repos"}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		first := g.admit(time.Minute, a)
+		g.record(first, outcomeSuccess, 0, quotaNote{key: a.key, scope: a.scope, route: a.route, label: "upstream",
+			q: Quota{Remaining: 10, Limit: 100, Reset: 10 * time.Second, Partition: "core", Source: "X-RateLimit-Remaining"}})
+		clk.Advance(time.Second) // past the rate limit's slot
+		var last admission
+		for i := range 4 {
+			last = g.admit(time.Minute, a)
+			if last.verdict != verdictAdmitted || (i > 0 && !last.rateLater) {
+				t.Fatalf("s/a slot %d: %v (rate later %v); want admitted, paced slots booking the rate limit when they start", i, last, last.rateLater)
+			}
+		}
+		if last.wait < 2*time.Second {
+			t.Fatalf("s/a's 4th slot in %v; want the quota paced (≥ 2s)", last.wait)
+		}
+		if o := g.admit(time.Minute, b); o.verdict != verdictAdmitted || o.wait > slotInterval(10) {
+			t.Errorf("another credential behind s/a's paced slots: %v; want at most the rate limit's interval", o)
+		}
+		// When a paced slot starts, it books the rate limit, strictly:
+		// two at one instant are a rate-limit interval apart.
+		clk.Advance(last.wait)
+		r1, r2 := g.admit(time.Minute, quotaAsk{rateOnly: true}), g.admit(time.Minute, quotaAsk{rateOnly: true})
+		if r1.verdict != verdictAdmitted || r1.rateLater || r2.wait-r1.wait < 90*time.Millisecond {
+			t.Errorf("rate limit asked as paced slots start: %v then %v; want 100ms apart", r1, r2)
+		}
+	})
+}
+
+// TestQuotaUnbookedAnswers: requests admitted before the quota was known
+// book no slot. When one of them answers after the window was learned
+// from another's answer, which the upstream counted before it, it is
+// taken off what remains: else a request too many goes out in the window
+// (seen under load in TestQuotaPacedAcrossInstances: 7 of 6).
+func TestQuotaUnbookedAnswers(t *testing.T) {
+	p := Protection{RateLimit: -1, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
+	ask := quotaAsk{key: quotaKey("s/a", "core"), scope: "s/a", partition: "core", route: "repos"}
+	note := func(rem int64, unbooked bool) quotaNote {
+		return quotaNote{key: ask.key, scope: ask.scope, route: ask.route, label: "upstream", unbooked: unbooked,
+			q: Quota{Remaining: rem, Limit: 6, Reset: 10 * time.Second, Partition: "core", Source: "X-RateLimit-Remaining"}}
+	}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		// Two requests go out before any answer: neither is booked.
+		a1, a2 := g.admit(time.Minute, ask), g.admit(time.Minute, ask)
+		if !a1.unknown || !a2.unknown {
+			t.Fatalf("before any answer: %v, %v; want both unknown", a1, a2)
+		}
+		g.record(a1, outcomeSuccess, 0, note(5, true)) // counted first: 5 of 6 left, a2 in flight
+		if b := g.admit(time.Minute, ask); b.unknown { // booked: 4 left by the guard's count
+			t.Fatalf("after an answer: %v booked by the rate limit alone; want the quota", b)
+		}
+		g.record(a2, outcomeSuccess, 0, note(4, true)) // counted second: 4 left, b in flight
+		// 3 are left: a1, a2 and b went out (b's answer is not back).
+		n := 0
+		for ; n < 10; n++ {
+			if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
+				break
+			}
+		}
+		if n != 3 {
+			t.Errorf("after 3 requests of 6: %d more slots booked in the window; want 3", n)
+		}
+	})
 }

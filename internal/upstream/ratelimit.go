@@ -67,6 +67,18 @@ func (g *gcra) reserve(now, floor time.Time, maxWait time.Duration) (wait, backo
 	return wait, backoff, true
 }
 
+// hold is reserve for a slot a learned quota paces (admission.rateLater):
+// it starts no earlier than floor and the backoff, and books nothing; the
+// slot books the rate limit when it starts.
+func (g *gcra) hold(now, floor time.Time, maxWait time.Duration) (wait, backoff time.Duration, ok bool) {
+	at := floor
+	if g.backoff.After(at) {
+		at = g.backoff
+	}
+	wait, backoff = max(at.Sub(now), 0), max(g.backoff.Sub(now), 0)
+	return wait, backoff, wait <= maxWait
+}
+
 // backOff holds every slot until d from now, unless a later backoff holds.
 func (g *gcra) backOff(now time.Time, d time.Duration) {
 	if t := now.Add(d); t.After(g.backoff) {
