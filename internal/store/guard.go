@@ -119,6 +119,7 @@ if qrem then
   if not again then
     at = math.max(now, qtat - (burst - 1) * (math.max(qreset - margin() - now, 0) / qrem))
     again = at >= qreset - margin()
+    if again and qlimit > 0 and 2 * qrem > qlimit then at, again = now, false end
   end
   if again then
     redis.call('PEXPIRE', h, ttl)

@@ -52,14 +52,20 @@ const fairScale = 720720
 type fairScheduler struct {
 	p *Client
 
-	mu      sync.Mutex            // protects queues, windows and every fairQueue's fields
-	queues  map[string]*fairQueue // by QuotaScope; only while contended
+	mu     sync.Mutex            // protects queues, asking, windows and every fairQueue's fields
+	queues map[string]*fairQueue // by QuotaScope; only while contended
+	// asking counts, by QuotaScope, the attempts asking the guard directly
+	// (Client.admitAs): while one is, the next queues instead. Else a
+	// burst of attempts, asking at once before any is told to wait, would
+	// each book a slot of the upstream's rate limit, which every scope
+	// shares, far ahead, rather than fairAhead of them.
+	asking  map[string]int
 	windows map[string]fairWindow // by QuotaScope; see window
 	dropped chan struct{}         // closed and replaced whenever a queue is dropped
 }
 
 func newFairScheduler(p *Client) *fairScheduler {
-	return &fairScheduler{p: p, queues: map[string]*fairQueue{}, windows: map[string]fairWindow{}, dropped: make(chan struct{})}
+	return &fairScheduler{p: p, queues: map[string]*fairQueue{}, asking: map[string]int{}, windows: map[string]fairWindow{}, dropped: make(chan struct{})}
 }
 
 // waitIdle waits until no queue is left: nobody waits, and every booked
@@ -146,19 +152,38 @@ func (s *fairScheduler) window(scope string, remaining int, reset time.Time) {
 	}
 }
 
-// contended reports whether attempts of scope queue: then an attempt
-// queues behind them instead of asking the guard.
-func (s *fairScheduler) contended(scope string) bool {
+// tryAsk reports whether an attempt of scope may ask the guard directly:
+// nobody of scope queues, and no other attempt asks. If so, it counts as
+// asking until asked, or until wait takes the slot it was booked.
+func (s *fairScheduler) tryAsk(scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.queues[scope] != nil
+	if s.queues[scope] != nil || s.asking[scope] > 0 {
+		return false
+	}
+	s.asking[scope]++
+	return true
+}
+
+// asked ends tryAsk's ask.
+func (s *fairScheduler) asked(scope string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.askedLocked(scope)
+}
+
+func (s *fairScheduler) askedLocked(scope string) {
+	if s.asking[scope]--; s.asking[scope] <= 0 {
+		delete(s.asking, scope)
+	}
 }
 
 // wait queues an attempt of fr, bounded by bound, until the queue hands it
 // a slot, and returns that slot's admission; or the admission that
 // refuses it (verdictOverLimit, verdictOpen), or an error when ctx ends.
 // booked, when not nil, is a slot the guard has just booked for the
-// attempt with a wait: it becomes the queue's. report receives the wait.
+// attempt with a wait, asked after tryAsk: it becomes the queue's, and
+// the ask ends. report receives the wait.
 func (s *fairScheduler) wait(ctx context.Context, fr FetchRequest, qa quotaAsk, bound time.Duration, booked *admission, report func(Event)) (admission, error) {
 	p := s.p
 	start := time.Now() // bounds are wall-clock, as Client.bound's
@@ -172,6 +197,7 @@ func (s *fairScheduler) wait(ctx context.Context, fr FetchRequest, qa quotaAsk, 
 	var started []admission
 	if booked != nil {
 		started = s.addSlotLocked(q, *booked, now)
+		s.askedLocked(fr.QuotaScope)
 	}
 	w := &fairWaiter{fr: fr, qa: qa, deadline: now.Add(bound), ready: make(chan admission, 1)}
 	q.enqueueLocked(w)

@@ -481,3 +481,53 @@ func TestFairQuotaWindowKeepsTheLastForCallers(t *testing.T) {
 		}
 	})
 }
+
+// TestFairBurstBooksFewAhead: a burst of fetches of one credential scope,
+// all asking at once, books only a few of the upstream's shared
+// rate-limit slots ahead (the queue's fairAhead, and the one ask in
+// flight), not one per fetch: the rate limit is every scope's, and a
+// fetch of another credential (another tenant's) must not wait behind the
+// whole burst. Each attempt that finds an ask of its scope in flight
+// joins the queue.
+func TestFairBurstBooksFewAhead(t *testing.T) {
+	st := testStore(t)
+	const burst, rate = 30, 20
+	c := fairClient(t, "burst", rate, time.Minute, st, &slotLog{})
+	t.Cleanup(c.fair.waitIdle)
+	var (
+		wg      sync.WaitGroup
+		settled = make(chan struct{}, burst)
+	)
+	for i := range burst {
+		fr := fetchReq("heavy", 1, i, nil)
+		fr.QuotaScope = "s/heavy"
+		wg.Go(func() {
+			var once sync.Once
+			if _, err := c.Fetch(context.Background(), fr, func(e Event) {
+				if e.Stage == StageRateLimited {
+					once.Do(func() { settled <- struct{}{} })
+				}
+			}); err != nil {
+				t.Error(err)
+			}
+			once.Do(func() { settled <- struct{}{} }) // sent without a wait
+		})
+	}
+	for range burst { // every fetch of the burst has queued or gone
+		<-settled
+	}
+	fr := fetchReq("light", 1, 0, nil)
+	fr.QuotaScope = "s/light"
+	var waited time.Duration
+	if _, err := c.Fetch(context.Background(), fr, func(e Event) {
+		if e.Stage == StageRateLimited {
+			waited = max(waited, e.Wait)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if iv := slotInterval(rate); waited > 5*iv {
+		t.Errorf("another scope's fetch waited %v behind a burst of %d (%v a slot); want at most a few slots (%v)", waited, burst, iv, 5*iv)
+	}
+}

@@ -172,8 +172,8 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	slack := time.Duration(-1)
 	if w != nil {
 		w.book(now.Add(wait))
-		if w.known {
-			slack = max(w.last().Sub(now.Add(wait)), 0)
+		if l := w.last().Sub(now.Add(wait)); w.known && l >= 0 {
+			slack = l // else a roomy window's margin: not late whenever it starts
 		}
 	}
 	g.br.take(slot, now.Add(wait))

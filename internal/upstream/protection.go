@@ -301,12 +301,14 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			queued bool
 		)
 		first := !qa.quotaOnly && !qa.rateOnly // asked for the rate limit and the quota: the queue's
-		if first && p.fair.contended(fr.QuotaScope) {
+		if first && !p.fair.tryAsk(fr.QuotaScope) {
 			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
 			queued = true
 		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {
-			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report)
+			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
 			queued = true
+		} else if first {
+			p.fair.asked(fr.QuotaScope)
 		}
 		if err != nil {
 			return a, err

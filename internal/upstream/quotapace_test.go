@@ -317,3 +317,32 @@ func TestQuotaUnbookedAnswers(t *testing.T) {
 		}
 	})
 }
+
+// TestQuotaRoomyMargin: no slot starts within the margin of a reset
+// while the quota is tight; while more than half of it remains, a call
+// there goes at once: whichever window counts it has room (sparse
+// callers, a light tenant's agents, waited out the margin otherwise).
+func TestQuotaRoomyMargin(t *testing.T) {
+	p := Protection{RateLimit: -1, Breaker: BreakerPolicy{FailureThreshold: -1, FailureRate: -1}}
+	ask := quotaAsk{key: quotaKey("s/a", "core"), scope: "s/a", partition: "core", route: "repos"}
+	note := func(rem int64) quotaNote {
+		return quotaNote{key: ask.key, scope: ask.scope, route: ask.route, label: "upstream",
+			q: Quota{Remaining: rem, Limit: 100, Reset: 10 * time.Second, Partition: "core", Source: "X-RateLimit-Remaining"}}
+	}
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		g.record(g.admit(time.Minute, ask), outcomeSuccess, 0, note(90))
+		clk.Advance(9500 * time.Millisecond) // within the margin (1s) of the reset
+		for i := range 3 {
+			if a := g.admit(time.Minute, ask); a.verdict != verdictAdmitted || a.again || a.wait != 0 {
+				t.Fatalf("call %d at the reset with 90 of 100 left: %v (again %v); want at once", i, a, a.again)
+			}
+		}
+	})
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		g.record(g.admit(time.Minute, ask), outcomeSuccess, 0, note(10))
+		clk.Advance(9500 * time.Millisecond)
+		if a := g.admit(time.Minute, ask); !a.again || a.wait < 1400*time.Millisecond {
+			t.Errorf("at the reset with 10 of 100 left: %v (again %v); want it to wait for the next window", a, a.again)
+		}
+	})
+}
