@@ -91,3 +91,12 @@ func buildFrames(d *coordinator.Document) []*frame {
 	}
 	return fs
 }
+
+// mustFrame is m as a frame, encoded now: for messages that never change.
+func mustFrame(m proto.Message) *frame {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return &frame{bufs: mem.BufferSlice{mem.SliceBuffer(b)}}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/document"
 )
 
 func TestFramesAreChunkMessages(t *testing.T) {
@@ -137,4 +138,51 @@ func BenchmarkFrames(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestMetadataWireIsProtoMarshal: a metadata message put together from a
+// Document's pre-encoded fields and the call's own is exactly what
+// proto.Marshal makes of the message built field by field.
+func TestMetadataWireIsProtoMarshal(t *testing.T) {
+	now := time.Unix(1_700_000_000, 123_456_789)
+	docs := []*coordinator.Document{
+		{},
+		{Body: []byte("x"), StatusCode: 200, ContentType: "text/html; charset=utf-8", Key: "https://a.example/p", Upstream: "a",
+			ETag: `"v1"`, LastModified: "Mon, 02 Jan 2006 15:04:05 GMT", FetchedAt: now.Add(-1500 * time.Millisecond), FreshUntil: now.Add(90 * time.Second),
+			Header: []document.Header{{Name: "Cache-Control", Value: "max-age=90"}, {Name: "X-Empty"}}},
+		{Body: make([]byte, 3*ChunkSize+5), StatusCode: 404, FetchedAt: now.Add(time.Hour), FreshUntil: now.Add(-time.Second)},      // fetched "later" (skew), stale
+		{Body: make([]byte, 300), StatusCode: 200, FetchedAt: now.Add(-400 * 24 * time.Hour), FreshUntil: now.Add(time.Nanosecond)}, // a year old, ttl 1ns
+	}
+	for i, d := range docs {
+		for _, src := range []coordinator.Source{coordinator.SourceL1, coordinator.SourceL2, coordinator.SourceUpstream, coordinator.Source(0)} {
+			for _, flags := range []int{0, 1, 2, 3} {
+				res := &coordinator.Result{Doc: d, Source: src, Stale: flags&1 != 0}
+				private := flags&2 != 0
+				want, err := proto.Marshal(metadataPB(res, private, now))
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, ok := metadataMsg(res, private, now).(*frame)
+				if !ok {
+					t.Fatalf("doc %d: not pre-encoded", i)
+				}
+				if got := f.bufs.Materialize(); !bytes.Equal(got, want) {
+					t.Errorf("doc %d source %v flags %d: wire form\n%x\nwant (proto.Marshal)\n%x", i, src, flags, got, want)
+				}
+			}
+		}
+	}
+	// A field that does not encode: the message itself goes to the codec,
+	// which fails as it did.
+	bad := &coordinator.Document{ContentType: "\xff"}
+	if _, ok := metadataMsg(&coordinator.Result{Doc: bad}, false, now).(*coorddv1.GetOrFetchResponse); !ok {
+		t.Error("invalid UTF-8: pre-encoded; want the message, for the codec to refuse")
+	}
+}
+
+func TestHitProgressFrame(t *testing.T) {
+	want, _ := proto.Marshal(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: &coorddv1.Progress{Role: coorddv1.Role_ROLE_HIT}}})
+	if got := hitProgressFrame.bufs.Materialize(); !bytes.Equal(got, want) {
+		t.Errorf("hit progress %x; want %x", got, want)
+	}
 }

@@ -24,6 +24,7 @@ type frameEntry struct {
 	once sync.Once // the first caller builds fs and hdrs; the others wait for it
 	fs   []*frame
 	hdrs []*coorddv1.Header // d's response headers, shared read-only by every metadata message
+	meta metaWire           // d's metadata fields that no call changes, in wire form
 }
 
 // get returns d's frames, built on the first call for d.
@@ -40,7 +41,10 @@ func (c *frameCache) entry(d *coordinator.Document) *frameEntry {
 		}
 	}
 	e := v.(*frameEntry)
-	e.once.Do(func() { e.fs, e.hdrs = buildFrames(d), headersPB(d.Header) })
+	e.once.Do(func() {
+		e.fs, e.hdrs = buildFrames(d), headersPB(d.Header)
+		e.meta = buildMetaWire(d, e.hdrs)
+	})
 	return e
 }
 

@@ -72,8 +72,9 @@ func (c Config) withDefaults() Config {
 // only asks its Limiter whether a call may start (Limit(ctx) error) and
 // never says when the call ends, which a cap on calls in progress needs.
 type callLimit struct {
-	max int64
-	sem *semaphore.Weighted // nil: no cap
+	max     int64
+	sem     *semaphore.Weighted // nil: no cap
+	release func()              // l.releaseSlot
 }
 
 func newCallLimit(n int) *callLimit {
@@ -83,7 +84,9 @@ func newCallLimit(n int) *callLimit {
 	if n < 0 {
 		return &callLimit{}
 	}
-	return &callLimit{max: int64(n), sem: semaphore.NewWeighted(int64(n))}
+	l := &callLimit{max: int64(n), sem: semaphore.NewWeighted(int64(n))}
+	l.release = l.releaseSlot
+	return l
 }
 
 var limitedPrefix = "/" + coorddv1.CoordinatorService_ServiceDesc.ServiceName + "/"
@@ -97,8 +100,12 @@ func (l *callLimit) acquire(method string) (release func(), err error) {
 	if !l.sem.TryAcquire(1) {
 		return nil, status.Errorf(codes.ResourceExhausted, "this instance has %d calls in progress, its limit; retry later", l.max)
 	}
-	return func() { l.sem.Release(1) }, nil
+	return l.release, nil
 }
+
+// release gives back a slot acquire took. A method value made once
+// (newCallLimit), so that acquire allocates no closure per call.
+func (l *callLimit) releaseSlot() { l.sem.Release(1) }
 
 func (l *callLimit) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	release, err := l.acquire(info.FullMethod)

@@ -22,8 +22,9 @@ const RequestIDHeader = "x-request-id"
 // requestID returns the caller's request id from ctx's metadata, if
 // valid, or a new random one.
 func requestID(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
+	// ValueFromIncomingContext copies the one key's values, not the
+	// whole metadata as FromIncomingContext does.
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
 		return v[0]
 	}
 	return rand.Text()

@@ -253,6 +253,10 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 	ctx := stream.Context()
 	opt.Progress = func(p coordinator.Progress) {
 		// A failed send means the caller is gone; ctx ends and Get returns.
+		if p == hitProgress {
+			_ = stream.SendMsg(hitProgressFrame) // every warm hit's: encoded once
+			return
+		}
 		_ = stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(p)}})
 	}
 	res, err := s.c.Get(ctx, t, opt)
@@ -260,23 +264,7 @@ func (s *Server) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.ServerS
 		return toStatus(callerGone(ctx, err))
 	}
 	d := res.Doc
-	now := s.c.Now()
-	md := &coorddv1.Metadata{
-		Source:       sourcePB(res.Source),
-		Stale:        res.Stale,
-		StatusCode:   int32(d.StatusCode),
-		ContentType:  d.ContentType,
-		Age:          durationpb.New(d.Age(now)),
-		Size:         int64(len(d.Body)),
-		Key:          d.Key,
-		Upstream:     d.Upstream,
-		Etag:         d.ETag,
-		LastModified: d.LastModified,
-		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
-		Headers:      metaHeaders(d),
-		Private:      t.Private(),
-	}
-	if err := stream.Send(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Metadata{Metadata: md}}); err != nil {
+	if err := stream.SendMsg(metadataMsg(res, t.Private(), s.c.Now())); err != nil {
 		return sendFailed(ctx, err)
 	}
 	if req.GetHead() {
@@ -340,6 +328,13 @@ func sourcePB(s coordinator.Source) coorddv1.Source {
 	}
 	return coorddv1.Source_SOURCE_UNSPECIFIED
 }
+
+// hitProgress is the progress event of every fresh hit, and
+// hitProgressFrame its message, encoded once.
+var (
+	hitProgress      = coordinator.Progress{Role: coordinator.RoleHit}
+	hitProgressFrame = mustFrame(&coorddv1.GetOrFetchResponse{Event: &coorddv1.GetOrFetchResponse_Progress{Progress: progressPB(hitProgress)}})
+)
 
 func progressPB(p coordinator.Progress) *coorddv1.Progress {
 	pb := &coorddv1.Progress{

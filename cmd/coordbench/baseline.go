@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -235,7 +236,19 @@ func serveBaseline(h redistest.TB, s coorddv1.CoordinatorServiceServer, opts ...
 	hs := health.NewServer()
 	hs.SetServingStatus(coorddv1.CoordinatorService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, hs)
-	go func() { _ = g.Serve(lis) }()
+	name := nameFloor
+	if _, ok := s.(*pollServer); ok {
+		name = namePolling
+	}
+	go serveLabelled(name, func() { _ = g.Serve(lis) })
 	h.Cleanup(g.Stop)
 	return lis.Addr().String()
+}
+
+// serveLabelled runs serve in a goroutine labelled server=name, which every
+// goroutine it starts (a gRPC server's connections, streams and writers)
+// inherits: a CPU profile (--cpuprofile) splits by it, as in
+// go tool pprof -tagfocus server=coordd.
+func serveLabelled(name string, serve func()) {
+	pprof.Do(context.Background(), pprof.Labels("server", name), func(context.Context) { serve() })
 }

@@ -154,7 +154,7 @@ func startCoorddWith(h redistest.TB, s coorddSpec) *instance {
 	mu.Lock()
 	in.g = server.NewGRPC(server.New(c, cfg.Logger, s.server...), server.Config{MaxConcurrentCalls: -1}) // the 10,000-stream round measures capacity, not the cap
 	mu.Unlock()
-	go func() { _ = in.g.Serve(lis) }()
+	go serveLabelled(nameCoordd, func() { _ = in.g.Serve(lis) })
 	in.c, in.addr = c, lis.Addr().String()
 	h.Cleanup(func() {
 		in.g.Stop()

@@ -6,6 +6,7 @@
 //	coordbench --swarm [--quick]
 //	coordbench --cold [--quick]
 //	coordbench --quota [--quick]
+//	coordbench --warm [--quick] [--cpuprofile FILE]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/redistest), a local
@@ -27,6 +28,10 @@
 // --cold runs only the cold path's figures (cold.go): the round trips each
 // instance makes to Redis per step for one cold key, and the leader's
 // first answer against the floor's; the full run includes them.
+// --warm runs only the warm-hit throughput table (measure.go): coordd,
+// the floor and the polling baseline on one instance each, in slices
+// taken in turn; with --quick in seconds, to iterate on the hot path
+// (--cpuprofile profiles it).
 // --quota runs only the quota benchmark (quota.go): three coordd
 // instances, two tenants with a credential each, against a fake API with
 // GitHub's rate limits scaled down, beside fleets with a fixed rate limit
@@ -76,6 +81,7 @@ type config struct {
 	swarm     bool          // only the agent-swarm benchmark
 	cold      bool          // only the cold path's figures
 	quota     bool          // only the quota benchmark
+	warm      bool          // only the warm-hit throughput table
 	cpuProf   string        // CPU profile file; empty: none
 	blockProf string        // block profile file; empty: none
 	report    string        // report file; empty: none
@@ -110,6 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cold := fs.Bool("cold", false, "run only the cold path's figures: Redis round trips per step, and the leader's first answer against the floor's")
 	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	blockProf := fs.String("blockprofile", "", "write a block profile of the run to `FILE` (every blocking event sampled)")
+	warm := fs.Bool("warm", false, "run only the warm-hit throughput table: coordd, the floor and polling on one instance each (with --quick: in seconds)")
 	quota := fs.Bool("quota", false, "run only the quota benchmark: coordd, fixed rate limits and per-instance pacing against a fake API with GitHub-like limits (with --quick: under a minute)")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
@@ -122,6 +129,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	switch {
+	case *warm && (swarm || *cold || *quota || *report != ""):
+		return config{}, errors.New("--warm prints the warm-hit throughput table only; the full run includes it")
 	case *cold && (swarm || *report != ""):
 		return config{}, errors.New("--cold prints the cold path's table only; the full run includes it")
 	case swarm && *report != "":
@@ -137,7 +146,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	c := config{
 		cpuProf: *cpuProf, blockProf: *blockProf,
-		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, warm: *warm, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:         5,
 		gridCallers:  []int{10, 100, 1000},
 		gridRounds:   5,
@@ -157,6 +166,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.tputDuration = 300 * time.Millisecond
 		c.docs, c.streams = 100_000, 1_000
 		c.quickNote = "--quick: 100,000 documents in L1 instead of 1,000,000; 1,000 concurrent streams instead of 10,000; fewer rounds"
+	}
+	if c.warm {
+		c.maxK = 1 // the curve uses one instance of each
 	}
 	if c.report != "" {
 		c.reportDirName = filepath.Dir(c.report)
@@ -210,6 +222,16 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "# coordbench --cold: the cold path's own cost\n%s", renderCold(cells, cfg))
+		return nil
+	}
+	if cfg.warm {
+		e := newEnv(h, cfg)
+		progress("warm-hit throughput")
+		tp, err := e.throughputCurve(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "# coordbench --warm: warm-hit throughput\n%s", renderWarm(tp, cfg))
 		return nil
 	}
 	if cfg.quota {

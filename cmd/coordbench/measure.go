@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -202,9 +203,15 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 			const slices = 5
 			d := e.cfg.tputDuration / slices
 			for range slices {
-				p.coordd.add(throughput(ctx, clients[nameCoordd], u, n, d))
-				p.floor.add(throughput(ctx, clients[nameFloor], u, n, d))
-				p.poll.add(throughput(ctx, clients[namePolling], u, n, d))
+				for _, t := range []struct {
+					name string
+					into *tput
+				}{{nameCoordd, &p.coordd}, {nameFloor, &p.floor}, {namePolling, &p.poll}} {
+					// Labelled client=name for --cpuprofile, as the servers are.
+					pprof.Do(ctx, pprof.Labels("client", t.name), func(ctx context.Context) {
+						t.into.add(throughput(ctx, clients[t.name], u, n, d))
+					})
+				}
 			}
 			out = append(out, p)
 		}

@@ -78,15 +78,7 @@ func renderTable(res *results) string {
 
 	w("%s", renderCold(res.cold, cfg))
 
-	w("\n## Warm-hit throughput, one instance, documents/s through the Go client (goal: coordd ≥ 70%% of the floor)\n\n")
-	w("| body | callers | coordd | %s | coordd ÷ floor | %s | coordd ÷ polling | errors |\n", nameFloor, namePolling)
-	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range res.tput {
-		w("| %s | %d | %.0f | %.0f | %s | %.0f | %s | %d |\n", sizeName(p.size), p.callers,
-			p.coordd.perSec(), p.floor.perSec(), percent(p.coordd.perSec(), p.floor.perSec()), p.poll.perSec(), ratio(p.coordd.perSec(), p.poll.perSec()),
-			p.coordd.errors+p.floor.errors+p.poll.errors)
-	}
-
+	w("%s", renderWarm(res.tput, cfg))
 	m := res.mem
 	w("\n## Memory and GC with %s documents of %s in L1\n\n", thousands(m.docs), sizeName(m.size))
 	w("Baseline: the naive cache coordd's L1 (bigcache: bodies in a few large byte slices) avoids, a Go map of *coordinator.Document holding the same documents. Single-node coordinator, filled through Get (an in-memory upstream transport) in %.1f s; L1 then served %d of %d sampled documents.\n\n", m.coordd.fill.Seconds(), m.held, m.sampled)
@@ -390,4 +382,20 @@ func demoteHeadings(s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// renderWarm prints the warm-hit throughput section of the table.
+func renderWarm(tp []tputPoint, cfg config) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("\n## Warm-hit throughput, one instance, documents/s through the Go client (goal: coordd ≥ 95%% of the floor)\n\n")
+	w("| body | callers | coordd | %s | coordd ÷ floor | %s | coordd ÷ polling | errors |\n", nameFloor, namePolling)
+	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range tp {
+		w("| %s | %d | %.0f | %.0f | %s | %.0f | %s | %d |\n", sizeName(p.size), p.callers,
+			p.coordd.perSec(), p.floor.perSec(), percent(p.coordd.perSec(), p.floor.perSec()), p.poll.perSec(), ratio(p.coordd.perSec(), p.poll.perSec()),
+			p.coordd.errors+p.floor.errors+p.poll.errors)
+	}
+	w("\nEach point: %v per target, in 5 slices taken in turn (coordd, floor, polling).\n", cfg.tputDuration)
+	return b.String()
 }

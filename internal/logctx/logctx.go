@@ -28,7 +28,7 @@ type set struct {
 // keys and values, or slog.Attrs, as for slog.Logger.Log), and whatever
 // attributes ctx already carried.
 func New(ctx context.Context, args ...any) context.Context {
-	s := &set{attrs: Attrs(ctx)}
+	s := &set{attrs: attrs(ctx, len(args)/2+spare)}
 	s.add(args)
 	return context.WithValue(ctx, setKey{}, s)
 }
@@ -60,15 +60,26 @@ func (s *set) add(args []any) {
 	})
 }
 
+// spare is the room New leaves for attributes added later (a call's key),
+// so that the first Add does not grow the slice.
+const spare = 1
+
 // Attrs returns a copy of the attributes ctx carries.
-func Attrs(ctx context.Context) []slog.Attr {
+func Attrs(ctx context.Context) []slog.Attr { return attrs(ctx, 0) }
+
+// attrs returns a copy of the attributes ctx carries, with room for extra
+// more (nil if none and extra is 0).
+func attrs(ctx context.Context, extra int) []slog.Attr {
 	s, _ := ctx.Value(setKey{}).(*set)
 	if s == nil {
-		return nil
+		if extra == 0 {
+			return nil
+		}
+		return make([]slog.Attr, 0, extra)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]slog.Attr(nil), s.attrs...)
+	return append(make([]slog.Attr, 0, len(s.attrs)+extra), s.attrs...)
 }
 
 // Args is Attrs as arguments for slog.Logger.With.
