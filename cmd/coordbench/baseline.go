@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,11 +19,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/server"
 )
 
 // pollInterval is how often the polling baseline's losers look again.
@@ -159,6 +163,17 @@ func (s *floorServer) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.Se
 	if e == nil {
 		return status.Error(codes.NotFound, u.Path)
 	}
+	if hit := e.hit.Load(); hit != nil {
+		if err := stream.SetHeader(metadata.Pairs(server.RequestIDHeader, rand.Text())); err != nil {
+			return err
+		}
+		for _, f := range *hit {
+			if err := stream.SendMsg(&encoded{f}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if g := e.gate; g != nil {
 		if err := stream.SendMsg(&encoded{floorProgress}); err != nil {
 			return err
@@ -189,6 +204,33 @@ func (e *entry) wire() [][]byte {
 		}
 	})
 	return e.frames
+}
+
+// hitFrames is what coordd, through stub, sends for a warm hit of u: each
+// message of the stream in wire form.
+func hitFrames(ctx context.Context, stub coorddv1.CoordinatorServiceClient, u string) ([][]byte, error) {
+	st, err := stub.GetOrFetch(ctx, &coorddv1.GetOrFetchRequest{Url: u})
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for {
+		m, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if md := m.GetMetadata(); md != nil && md.GetSource() != coorddv1.Source_SOURCE_L1 {
+			return nil, fmt.Errorf("%s: served from %v, not L1", u, md.GetSource())
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
 }
 
 func mustMarshal(m proto.Message) []byte {

@@ -276,6 +276,11 @@ type entry struct {
 
 	once   sync.Once
 	frames [][]byte // the floor's messages: metadata, then chunks; built once
+	// hit, when set, is what coordd sends for a warm hit of this entry
+	// (progress, metadata, chunks), each message in wire form: the floor
+	// sends these bytes instead, with a request id as coordd does, so
+	// that warm hits compare the same bytes on the wire.
+	hit atomic.Pointer[[][]byte]
 }
 
 // body returns a deterministic body of size bytes, shared by every entry

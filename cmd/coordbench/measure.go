@@ -196,6 +196,12 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 				return nil, fmt.Errorf("warm %s: %w", name, err)
 			}
 		}
+		// The floor sends what coordd sends for the hit, byte for byte.
+		hit, err := hitFrames(ctx, e.coorddT.stubs[0], u)
+		if err != nil {
+			return nil, fmt.Errorf("coordd's hit: %w", err)
+		}
+		e.cat.get(path).hit.Store(&hit)
 		for _, n := range e.cfg.tputCallers {
 			p := tputPoint{size: size, callers: n}
 			// In slices taken in turn, so that the three share the
