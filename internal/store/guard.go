@@ -154,6 +154,9 @@ if qk then
     redis.call('HSET', qk, 'rem|' .. part, fmt(qrem), 'reset|' .. part, fmt(qreset), 'tat|' .. part, fmt(qtat))
   else
     redis.call('HDEL', qk, 'rem|' .. part)
+    redis.call('HINCRBY', qk, 'unb', 1)
+    redis.call('HSET', qk, 'unbx', fmt(at + lease))
+    if redis.call('PTTL', qk) < 0 then redis.call('PEXPIRE', qk, ttl) end
   end
 end
 local slack = -1
@@ -246,14 +249,22 @@ if #KEYS == 4 then
         rem = nil
       end
     end
+    local u = redis.call('HMGET', qk, 'unb', 'chg', 'unbx')
+    local unb, chg = tonumber(u[1]) or 0, tonumber(u[2]) or 0
+    if (tonumber(u[3]) or 0) < now then unb, chg = 0, 0 end
+    local unbooked = ARGV[22] == '1' and unb > 0
+    if unbooked then unb = unb - 1 end
     local nreset = now + areset
     if not rem or nreset > reset + 1000000 then
-      rem, reset = arem, nreset
+      rem, reset, chg = math.max(arem - unb, 0), nreset, unb
     else
-      if ARGV[22] == '1' then rem = math.max(rem - 1, 0) end
+      if unbooked then
+        if chg > 0 then chg = chg - 1 else rem = math.max(rem - 1, 0) end
+      end
       rem = math.min(rem, arem)
       reset = math.max(reset, nreset)
     end
+    redis.call('HSET', qk, 'unb', unb, 'chg', math.min(chg, unb))
     win = math.max(win, areset)
     local f = {'rem|' .. part, fmt(rem), 'reset|' .. part, fmt(reset), 'win|' .. part, fmt(win),
       'src|' .. part, ARGV[18], 'label|' .. part, ARGV[19], 'seen|' .. part, fmt(now), 'route|' .. ARGV[21], part}

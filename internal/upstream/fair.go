@@ -42,6 +42,10 @@ import (
 // bookings, few enough that the order of the queue decides.
 const fairAhead = 2
 
+// fairBookers is how many goroutines may book a queue's slots at once
+// while the guard's slots start at once (needBookLocked).
+const fairBookers = 4
+
 // fairScale is the virtual time one slot costs a tenant of weight 1: the
 // least common multiple of 1..16, so that tags are exact integers for the
 // common weights (and within one part in 10^8 for any up to 1000).
@@ -88,7 +92,8 @@ type fairQueue struct {
 	tenants map[string]*fairTenant // tenants with waiters
 	n       int                    // waiters queued
 	slots   []*fairSlot            // booked and not yet started, by start
-	booking bool                   // a goroutine books slots (book)
+	booking int                    // goroutines booking slots (book)
+	free    bool                   // the guard's last slot started at once: up to fairBookers book
 	vtime   int64                  // V: the tag last served
 	seq     uint64                 // counts backlog starts, for ties
 	// full is the guard's next free slot after it refused one for every
@@ -477,19 +482,28 @@ func (s *fairScheduler) estimateLocked(q *fairQueue, w *fairWaiter, now time.Tim
 }
 
 // needBookLocked reports whether the queue should book another slot and
-// no goroutine does, and marks it booking if so.
+// needs another goroutine for it, and counts it booking if so: one at a
+// time while the guard's slots start later (contention), up to
+// fairBookers while they start at once. Otherwise a burst that only had
+// to queue because an attempt of its scope was asking (tryAsk), and
+// finds the guard free, would take its slots one round trip after
+// another.
 func (s *fairScheduler) needBookLocked(q *fairQueue) bool {
-	if q.booking || q.n <= len(q.slots) || len(q.slots) >= fairAhead {
+	limit := 1
+	if q.free {
+		limit = fairBookers
+	}
+	if q.booking >= limit || q.n <= len(q.slots)+q.booking || len(q.slots) >= fairAhead {
 		return false
 	}
-	q.booking = true
+	q.booking++
 	return true
 }
 
 // dropIfIdleLocked forgets q once nobody waits, no slot is booked and
 // none is being booked: the next attempt goes straight to the guard.
 func (s *fairScheduler) dropIfIdleLocked(q *fairQueue) {
-	if q.n == 0 && len(q.slots) == 0 && !q.booking && s.queues[q.scope] == q {
+	if q.n == 0 && len(q.slots) == 0 && q.booking == 0 && s.queues[q.scope] == q {
 		delete(s.queues, q.scope)
 		close(s.dropped)
 		s.dropped = make(chan struct{})
@@ -555,15 +569,15 @@ func (s *fairScheduler) handAll(q *fairQueue, as []admission) {
 }
 
 // book books guard slots for q while it needs them (needBookLocked, which
-// set q.booking), asking with the latest bound of its waiters. A refusal
+// counted it in q.booking), asking with the latest bound of its waiters. A refusal
 // (over limit, breaker open) fails every waiter that no booked slot will
 // serve, as the guard would have refused each of them.
 func (s *fairScheduler) book(q *fairQueue) {
 	p := s.p
 	for {
 		s.mu.Lock()
-		if q.n <= len(q.slots) || len(q.slots) >= fairAhead {
-			q.booking = false
+		if q.n <= len(q.slots)+q.booking-1 || len(q.slots) >= fairAhead {
+			q.booking--
 			s.dropIfIdleLocked(q)
 			s.mu.Unlock()
 			return
@@ -584,13 +598,14 @@ func (s *fairScheduler) book(q *fairQueue) {
 		a := p.ask(context.Background(), bound, qa)
 		if a.again {
 			// The quota's window is spent, and nothing was booked: book
-			// again when the next one begins (q.booking stays set).
+			// again when the next one begins (still counted booking).
 			time.AfterFunc(a.wait, func() { s.book(q) })
 			return
 		}
 
 		s.mu.Lock()
 		now = p.now()
+		q.free = a.verdict == verdictAdmitted && a.wait <= 0
 		var started []admission
 		if a.verdict == verdictAdmitted {
 			started = s.addSlotLocked(q, a, now)

@@ -115,6 +115,8 @@ type localGuard struct {
 	br     *breaker
 	limit  *gcra // the rate limit, with the upstream's backoff
 	quotas map[string]*quotaWindow
+	unb    map[string]*unbookedCount // by credential scope
+	lease  time.Duration             // how long an attempt may be in flight
 }
 
 // maxQuotas bounds the quotas a guard learns (one per credential scope
@@ -132,7 +134,8 @@ func newLocalGuard(up *Config, degraded bool, now func() time.Time, log *slog.Lo
 		rate = p.DegradedRateLimit
 	}
 	return &localGuard{now: now, log: log, m: orNop(m), name: up.Name, burst: p.Burst,
-		br: newBreaker(p.Breaker, probeLease(up)), limit: newGCRA(rate, p.Burst), quotas: map[string]*quotaWindow{}}
+		br: newBreaker(p.Breaker, probeLease(up)), limit: newGCRA(rate, p.Burst), quotas: map[string]*quotaWindow{},
+		unb: map[string]*unbookedCount{}, lease: probeLease(up)}
 }
 
 func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
@@ -178,6 +181,15 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 	}
 	g.br.take(slot, now.Add(wait))
 	unknown := qa.key != "" && (w == nil || !w.known)
+	if unknown {
+		u := g.unb[qa.scope]
+		if u == nil || now.After(u.until) {
+			u = &unbookedCount{}
+			g.unb[qa.scope] = u
+		}
+		u.n++
+		u.until = now.Add(wait + g.lease)
+	}
 	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack, rateLater: rateLater}
 }
 
@@ -221,8 +233,37 @@ func (g *localGuard) learnLocked(now time.Time, n quotaNote) {
 		w = &quotaWindow{}
 		g.quotas[n.key] = w
 	}
-	w.learn(now, n.q, n.unbooked)
+	var c unbookedCount
+	u := g.unb[n.scope]
+	if u != nil && !now.After(u.until) {
+		c = *u
+	}
+	unbooked := n.unbooked && c.n > 0
+	if unbooked {
+		c.n--
+	}
+	w.learn(now, n.q, &c, unbooked)
+	switch {
+	case u == nil:
+	case c.n == 0:
+		delete(g.unb, n.scope)
+	default:
+		*u = c
+	}
 	w.label = n.label
+}
+
+// knows reports whether the guard has learned the quota key names ("":
+// none). Every answer an instance reads is learned here too, also while
+// Redis is up.
+func (g *localGuard) knows(key string) bool {
+	if key == "" {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := g.quotas[key]
+	return w != nil && w.known
 }
 
 // state is the breaker's state.

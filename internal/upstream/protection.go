@@ -188,11 +188,12 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
 		for again := 0; aerr == nil; again++ {
 			slot, aerr = p.takeSlot(ctx, fr, a, report)
-			if aerr != nil || again == 2 || !(slot.waited && a.unknown || a.late()) {
+			if aerr != nil || again == 2 || !(a.unknown && (slot.waited || p.local.knows(p.quotaAsk(fr).key)) || a.late()) {
 				break
 			}
 			// Admitted before any answer had announced the quota, then
-			// held up by the slots in flight while answers came back; or
+			// held up by the slots in flight while answers came back, or
+			// an answer this instance read announced it meanwhile; or
 			// held up past the quota window's slots, where the upstream
 			// may count the request in the next window: ask the quota
 			// again (a slot booked late goes unused). Go at once if it

@@ -151,17 +151,39 @@ func (w *quotaWindow) book(at time.Time) {
 	w.tat = next
 }
 
-// learn takes in the quota q that an answer arriving at now announced,
-// to a request booked in no window if unbooked (quotaNote.unbooked).
-func (w *quotaWindow) learn(now time.Time, q Quota, unbooked bool) {
+// unbookedCount counts a credential scope's requests admitted before
+// their quota was known, so booked in no window, and not answered yet
+// (quotaNote.unbooked). A window first learned from one answer is taken
+// not to have counted the others still in flight: they are charged to it
+// at once, rather than when they answer, since by then the window's slots
+// may all be booked (a burst sent before the first answer, then paced as
+// if it had not been sent: a request too many in the window). An
+// unbooked answer that finds no charge left is taken off what remains.
+// Charged or not, each unbooked request counts once in the window. The
+// shared guard keeps the same counts in the scope's hash (unb, chg, and
+// unbx, when the last one's lease ends: past it, none is in flight).
+type unbookedCount struct {
+	n, charged int64
+	until      time.Time // the last admission's lease end
+}
+
+// learn takes in the quota q that an answer arriving at now announced;
+// unbooked: to a request booked in no window, already taken off c.n.
+func (w *quotaWindow) learn(now time.Time, q Quota, c *unbookedCount, unbooked bool) {
 	reset := now.Add(q.Reset)
 	w.roll(now)
 	if !w.known || reset.After(w.reset.Add(quotaSlack)) {
-		w.known, w.rem, w.reset = true, q.Remaining, reset
+		w.known, w.rem, w.reset = true, max(q.Remaining-c.n, 0), reset
+		c.charged = c.n
 	} else {
 		if unbooked {
-			w.rem = max(w.rem-1, 0)
+			if c.charged > 0 {
+				c.charged--
+			} else {
+				w.rem = max(w.rem-1, 0)
+			}
 		}
+		c.charged = min(c.charged, c.n)
 		w.rem = min(w.rem, q.Remaining)
 		if reset.After(w.reset) {
 			w.reset = reset

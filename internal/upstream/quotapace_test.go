@@ -37,6 +37,9 @@ func TestQuotaPacing(t *testing.T) {
 				t.Fatalf("before any answer: %v; want admitted at once", a)
 			}
 		}
+		// They end without an answer (their leases end): none is still
+		// in flight, uncounted, when the quota is learned.
+		clk.Advance(3 * time.Second)
 		// 10 left of 100 for 10s: the 10 slots spread over the window,
 		// the 11th waits for the next one (its reset plus a tenth of it).
 		g.record(g.admit(time.Minute, quotaAsk{}), outcomeSuccess, 0, note(10, 100, 10*time.Second))
@@ -314,6 +317,26 @@ func TestQuotaUnbookedAnswers(t *testing.T) {
 		}
 		if n != 3 {
 			t.Errorf("after 3 requests of 6: %d more slots booked in the window; want 3", n)
+		}
+	})
+	// The window is learned while the other is still in flight: it is
+	// charged at once, before the window's slots are booked (a burst
+	// sent before the first answer, then paced as if it had not been).
+	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
+		a1, a2 := g.admit(time.Minute, ask), g.admit(time.Minute, ask)
+		g.record(a1, outcomeSuccess, 0, note(5, true)) // 5 of 6 left; a2 in flight, maybe not counted
+		n := 0
+		for ; n < 10; n++ {
+			if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
+				break
+			}
+		}
+		if n != 4 {
+			t.Errorf("a1 answered, a2 in flight: %d slots booked in the window; want 4", n)
+		}
+		g.record(a2, outcomeSuccess, 0, note(4, true)) // charged already
+		if a := g.admit(time.Minute, ask); !a.again {
+			t.Errorf("a2 answered: %v; want the window still spent", a)
 		}
 	})
 }
