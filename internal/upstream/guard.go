@@ -76,11 +76,11 @@ type quotaNote struct {
 	label string // whose credential (FetchRequest.QuotaLabel)
 	q     Quota
 	// unbooked: the request was admitted before the quota was known
-	// (admission.unknown), so no slot was booked for it. The window may
-	// have been learned meanwhile from an answer the upstream counted
-	// before this request, and booked from: this one is taken off what
-	// remains too, unless the answer says less. A window learned from an
-	// answer counted after it is then one short: slower, never refused.
+	// (admission.unknown), so no slot was booked for it; the guard counted
+	// it in flight (unbookedCount), and its answer ends that, charging it
+	// to its window once. An attempt asked again (quotaOnly) while the
+	// quota was still unknown is counted again, until its lease ends:
+	// pacing is then slower for that long, never faster.
 	unbooked bool
 }
 
