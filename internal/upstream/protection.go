@@ -188,7 +188,11 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		var slot heldSlot // of the requests in flight: taken once admitted, given back once answered
 		for again := 0; aerr == nil; again++ {
 			slot, aerr = p.takeSlot(ctx, fr, a, report)
-			if aerr != nil || again == 2 || !(a.unknown && (slot.waited || p.local.knows(p.quotaAsk(fr).key)) || a.late()) {
+			if aerr != nil || again == 2 {
+				break
+			}
+			qa := p.quotaAsk(fr)
+			if unknownThen := a.unknown && (slot.waited || p.local.knows(qa.key)); !unknownThen && !a.late() {
 				break
 			}
 			// Admitted before any answer had announced the quota, then
@@ -198,7 +202,6 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 			// may count the request in the next window: ask the quota
 			// again (a slot booked late goes unused). Go at once if it
 			// allows; else give the slot in flight back while paced.
-			qa := p.quotaAsk(fr)
 			qa.quotaOnly = true
 			b := p.ask(ctx, p.bound(ctx, fr), qa)
 			if b.verdict == verdictAdmitted && !b.again && b.wait == 0 {

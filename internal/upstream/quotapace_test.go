@@ -285,6 +285,18 @@ func TestQuotaPacingHoldsNoOtherScope(t *testing.T) {
 	})
 }
 
+// bookable books slots of ask's quota until its window is spent (at most
+// 10), and returns how many it booked.
+func bookable(g testGuard, ask quotaAsk) int {
+	n := 0
+	for ; n < 10; n++ {
+		if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
+			break
+		}
+	}
+	return n
+}
+
 // TestQuotaUnbookedAnswers: requests admitted before the quota was known
 // book no slot. When one of them answers after the window was learned
 // from another's answer, which the upstream counted before it, it is
@@ -309,12 +321,7 @@ func TestQuotaUnbookedAnswers(t *testing.T) {
 		}
 		g.record(a2, outcomeSuccess, 0, note(4, true)) // counted second: 4 left, b in flight
 		// 3 are left: a1, a2 and b went out (b's answer is not back).
-		n := 0
-		for ; n < 10; n++ {
-			if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
-				break
-			}
-		}
+		n := bookable(g, ask)
 		if n != 3 {
 			t.Errorf("after 3 requests of 6: %d more slots booked in the window; want 3", n)
 		}
@@ -325,12 +332,7 @@ func TestQuotaUnbookedAnswers(t *testing.T) {
 	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		a1, a2 := g.admit(time.Minute, ask), g.admit(time.Minute, ask)
 		g.record(a1, outcomeSuccess, 0, note(5, true)) // 5 of 6 left; a2 in flight, maybe not counted
-		n := 0
-		for ; n < 10; n++ {
-			if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
-				break
-			}
-		}
+		n := bookable(g, ask)
 		if n != 4 {
 			t.Errorf("a1 answered, a2 in flight: %d slots booked in the window; want 4", n)
 		}
