@@ -338,3 +338,12 @@ func (h *host) close() {
 		f()
 	}
 }
+
+// tputSlices is how many slices each target's time at a point of the
+// warm-hit curve is cut into: ten, or five when it is short (--quick).
+func (c config) tputSlices() int {
+	if c.tputDuration < time.Second {
+		return 5
+	}
+	return 10
+}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,7 @@ type tput struct {
 	docs    int64
 	elapsed time.Duration
 	errors  int64
+	slices  []float64 // documents per second in each slice, in order
 }
 
 // perSec is documents received per second.
@@ -67,6 +69,27 @@ func (t *tput) add(u tput) {
 	t.docs += u.docs
 	t.elapsed += u.elapsed
 	t.errors += u.errors
+	t.slices = append(t.slices, u.perSec())
+}
+
+// sliceRatio is the median, over the slices, of a's throughput ÷ b's in
+// the same slice: each pair ran back to back, so a drift in what else the
+// machine does moves both, where the ratio of the totals takes it whole.
+func sliceRatio(a, b tput) float64 {
+	var rs []float64
+	for i := range min(len(a.slices), len(b.slices)) {
+		if b.slices[i] > 0 {
+			rs = append(rs, a.slices[i]/b.slices[i])
+		}
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	sort.Float64s(rs)
+	if n := len(rs); n%2 == 0 {
+		return (rs[n/2-1] + rs[n/2]) / 2
+	}
+	return rs[len(rs)/2]
 }
 
 // measure runs every measurement in turn; progress reports each phase.
@@ -206,13 +229,21 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 			p := tputPoint{size: size, callers: n}
 			// In slices taken in turn, so that the three share the
 			// machine's moods (it is shared).
-			const slices = 5
-			d := e.cfg.tputDuration / slices
-			for range slices {
-				for _, t := range []struct {
-					name string
-					into *tput
-				}{{nameCoordd, &p.coordd}, {nameFloor, &p.floor}, {namePolling, &p.poll}} {
+			slices := e.cfg.tputSlices()
+			d := e.cfg.tputDuration / time.Duration(slices)
+			targets := []struct {
+				name string
+				into *tput
+			}{{nameCoordd, &p.coordd}, {nameFloor, &p.floor}, {namePolling, &p.poll}}
+			for s := range slices {
+				// Each slice starts with the next target, so that none
+				// always runs right after the same one, and from a
+				// collected heap: the garbage of the one before (the
+				// polling server's is the most) is not collected on the
+				// next one's time.
+				for i := range targets {
+					t := targets[(s+i)%len(targets)]
+					runtime.GC()
 					// Labelled client=name for --cpuprofile, as the servers are.
 					pprof.Do(ctx, pprof.Labels("client", t.name), func(ctx context.Context) {
 						t.into.add(throughput(ctx, clients[t.name], u, n, d))
