@@ -20,7 +20,10 @@ type coordination interface {
 	// first so that none is lost: the flight then either leads under a
 	// lease, or follows the instance that holds the lock. With peek, a
 	// copy in L2 answers (claim.found) without the lock being asked for.
-	claim(ctx context.Context, id string, ttl time.Duration, peek bool) claim
+	// ask, when not nil, is the admission of the fetch the flight would
+	// make: asked in the same round trip if the lock is taken, where the
+	// store can (ask.Answered).
+	claim(ctx context.Context, id string, ttl time.Duration, peek bool, ask *upstream.FirstAsk) claim
 	// holder looks at who holds id's fill lock now, and for how long yet.
 	holder(ctx context.Context, id string) (store.Holder, error)
 	// landed returns the document a done push announces; cached: it
@@ -94,7 +97,7 @@ type lease interface {
 // this instance are still one per key (join).
 type inProcess struct{}
 
-func (inProcess) claim(context.Context, string, time.Duration, bool) claim {
+func (inProcess) claim(context.Context, string, time.Duration, bool, *upstream.FirstAsk) claim {
 	return claim{lease: localLease{}, gen: store.UnknownGen}
 }
 

@@ -410,8 +410,15 @@ func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 			return f.fallback, nil, ErrClosed
 		}
 		lt := f.tr.lock(c.ctx, c.co)
-		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL, first)
+		// The fetch's admission, asked with the lock where the store can:
+		// the holder then calls the upstream a round trip sooner.
+		ask := c.clients[t.upstream.Name].PrepareAsk(c.ctx, c.fetchRequest(f))
+		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL, first, ask)
 		lt.end(cl)
+		if cl.lease == nil {
+			ask.Drop(c.ctx) // no fetch here
+			ask = nil
+		}
 		if first {
 			// The generation as the flight first looked: it fences the
 			// landing against an Invalidate from now on.
@@ -419,6 +426,7 @@ func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 			d, enc := cl.doc, cl.enc
 			if t.serves(d) && d.Fresh(c.cfg.Now()) && f.recent(d) && (f.fallback == nil || d.FetchedAt.After(f.fallback.Doc.FetchedAt)) {
 				c.setL1(f, d, enc)
+				ask.Drop(c.ctx)
 				return &Result{Doc: d, Source: SourceL2}, nil, nil
 			}
 			c.keepAsFallback(f, d, enc)
@@ -433,7 +441,7 @@ func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 			f.report(Progress{Role: RoleLeader, Stage: StageDegraded, Detail: "redis unavailable; coordinating in-process"})
 		}
 		if cl.lease != nil {
-			return c.lead(f, cl)
+			return c.lead(f, cl, ask)
 		}
 		next, res, err := c.follow(f, cl)
 		cl.unwatch()
@@ -572,9 +580,10 @@ func (c *Coordinator) leaseEnd(left time.Duration) time.Duration {
 // f's callers, then stores it in L2 and wakes the followers of other
 // instances (land, when run does that after answering f's callers). On
 // failure it answers f's fallback with the error, for stale-if-error.
-func (c *Coordinator) lead(f *flight, cl claim) (res *Result, land func(), err error) {
+func (c *Coordinator) lead(f *flight, cl claim, ask *upstream.FirstAsk) (res *Result, land func(), err error) {
 	l := cl.lease
 	defer func() {
+		ask.Drop(c.ctx) // unless the fetch took it; this covers the recheck, and a panic
 		if land == nil {
 			l.stop() // every path below hands the lease off; this covers a panic
 		}
@@ -584,7 +593,7 @@ func (c *Coordinator) lead(f *flight, cl claim) (res *Result, land func(), err e
 			return res, nil, nil
 		}
 	}
-	d, cache, err := c.fetch(f, l)
+	d, cache, err := c.fetch(f, l, ask)
 	if err != nil {
 		res, err := c.failed(f, l, err)
 		return res, nil, err
@@ -610,11 +619,11 @@ func (c *Coordinator) recheck(f *flight, l lease, d *document.Document, enc []by
 // fetch asks f's upstream through its guard under lease l (whose events
 // carry the fetch's span), conditionally when f has a 2xx fallback, and
 // turns the answer into a Document that may be cached or not.
-func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error) {
+func (c *Coordinator) fetch(f *flight, l lease, ask *upstream.FirstAsk) (*document.Document, bool, error) {
 	t, stale := f.t, f.fallback
 	f.report(Progress{Role: RoleLeader, Stage: StageFetching, Detail: "fetching " + t.URL})
-	fr := upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Header: t.header(), Scoped: t.scoped,
-		QuotaScope: t.sid, QuotaLabel: t.credKind, Tenant: t.tenant, Weight: t.weight, Background: f.background}
+	fr := c.fetchRequest(f)
+	fr.Header, fr.First = t.header(), ask
 	if stale != nil && stale.Doc.StatusCode/100 == 2 {
 		fr.ETag, fr.LastModified = stale.Doc.ETag, stale.Doc.LastModified
 	}
@@ -629,6 +638,13 @@ func (c *Coordinator) fetch(f *flight, l lease) (*document.Document, bool, error
 		return nil, false, err
 	}
 	return c.document(t, resp, stale)
+}
+
+// fetchRequest is f's fetch, but for its headers and validators.
+func (c *Coordinator) fetchRequest(f *flight) upstream.FetchRequest {
+	t := f.t
+	return upstream.FetchRequest{URL: t.URL, Deadline: f.deadlines.deadline, LowPriority: f.isBypass(), Scoped: t.scoped,
+		QuotaScope: t.sid, QuotaLabel: t.credKind, Tenant: t.tenant, Weight: t.weight, Background: f.background}
 }
 
 // deliver stores d in L1 (or drops L1's old copy if d is not to be

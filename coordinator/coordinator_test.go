@@ -30,6 +30,18 @@ func newCoordinator(t *testing.T, up *fakeupstream.Upstream, rdb redis.Universal
 	return c
 }
 
+// newCoordinatorWith returns a coordinator of cfg on rdb, closed when t
+// ends.
+func newCoordinatorWith(t *testing.T, cfg coordinator.Config, rdb redis.UniversalClient) *coordinator.Coordinator {
+	t.Helper()
+	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func get(t *testing.T, ctx context.Context, c *coordinator.Coordinator, url string) (*coordinator.Result, error) {
 	t.Helper()
 	tg, err := c.Resolve(url, "")

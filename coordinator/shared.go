@@ -16,9 +16,16 @@ import (
 // follower is owed is lost when Redis comes back.
 type shared struct{ r *store.Redis }
 
-func (s shared) claim(ctx context.Context, id string, ttl time.Duration, peek bool) claim {
+func (s shared) claim(ctx context.Context, id string, ttl time.Duration, peek bool, ask *upstream.FirstAsk) claim {
 	w := s.r.Register(id)
-	c := s.r.Claim(ctx, id, ttl, peek)
+	var aa *store.AdmitAsk
+	if ask != nil {
+		aa = &store.AdmitAsk{Upstream: ask.Upstream, Admit: ask.Admit}
+	}
+	c := s.r.ClaimAdmitting(ctx, id, ttl, peek, aa)
+	if c.Admission != nil {
+		ask.Answered(*c.Admission)
+	}
 	cl := claim{found: c.Found, doc: c.Doc, enc: c.Enc, gen: c.Gen}
 	switch {
 	case c.Err != nil:

@@ -109,7 +109,7 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	fl.up.Set(path, fakeupstream.Behavior{Block: release})
-	dropped := fl.proxy.DropNext(calls.LockCall(url)...)
+	dropped := fl.proxy.DropNext(calls.ClaimCall(url, "fake")...) // the claim folds in the guard's admission
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -349,7 +349,7 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 	}
 	// The breaker is open for 1ms; the next admission turns it half-open
 	// and takes its only probe slot.
-	dropped := fl.proxy.DropNext(calls.AdmitCall("fake")...)
+	dropped := fl.proxy.DropNext(calls.ClaimCall(fl.up.URL()+probe, "fake")...) // the claim folds in the admission
 	d, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
 	if err != nil {
 		t.Fatalf("probe: %v; want it admitted", err)
@@ -380,7 +380,7 @@ func TestRateLimitAdmitReplyLostWithConnection(t *testing.T) {
 	// The two warm-up fetches booked the next 2s of slots; a full burst is
 	// free again once they have passed. Nothing signals it but the clock.
 	time.Sleep(2 * time.Second)
-	dropped := fl.proxy.DropNext(calls.AdmitCall("fake")...)
+	dropped := fl.proxy.DropNext(calls.ClaimCall(fl.up.URL()+"/first", "fake")...) // the claim folds in the admission
 	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/first"}); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 // instanceTrips is one instance's round trips during one cold burst.
 type instanceTrips struct {
-	leader bool     // it fetched (its trips include the guard's admission)
+	leader bool     // it fetched (its trips include the guard's record of the outcome)
 	before []string // leader: sent before the upstream request arrived
 	after  []string // leader: sent after it; follower: every trip
 }
@@ -41,8 +41,11 @@ func (e *env) roundTrips(ctx context.Context, k int, arrived time.Time) []instan
 		done := false
 		for _, in := range ins {
 			ts := in.rt.Seen()
-			if has(ts, "admit") {
-				done = has(ts, "land", "handoff") && has(ts, "record")
+			// The leader lands (or hands off) and records its outcome:
+			// the followers run the claim's script too, which admits
+			// only the instance taking the lock (store's claimAdmitScript).
+			if has(ts, "land", "handoff") && has(ts, "record") {
+				done = true
 			}
 		}
 		if done {
@@ -54,7 +57,7 @@ func (e *env) roundTrips(ctx context.Context, k int, arrived time.Time) []instan
 	for i, in := range ins {
 		ts := in.rt.Take()
 		it := &out[i]
-		it.leader = has(ts, "admit")
+		it.leader = has(ts, "record")
 		for _, t := range ts {
 			if t.Step == "extend" {
 				continue // a lease's renewal, by time, not by step

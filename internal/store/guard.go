@@ -75,7 +75,11 @@ end
 // limit when it starts (Admission.RateLater). Verdict 'again' books
 // nothing: the quota's window is spent, and the attempt asks again after
 // wait, when the next one begins.
-var admitScript = replaySafe(luaNow + luaQuota + `
+var admitScript = replaySafe(admitBody)
+
+// admitBody is admitScript without its receipt: claimAdmitScript (lock.go)
+// runs it too, as a function of its own KEYS and ARGV.
+const admitBody = luaNow + luaQuota + `
 local h = KEYS[1]
 local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probes, lease, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -162,7 +166,7 @@ end
 local slack = -1
 if qrem then slack = qreset - margin() - at end
 return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack, later}
-`)
+`
 
 // recordScript: ARGV = now, outcome ('s', 'f' or 'n'), gen, probe slot,
 // backoff µs, failure threshold, failure rate, min requests, window µs,
@@ -322,8 +326,21 @@ func clock(now time.Time) string {
 // Admit asks upstream's shared guard to admit an attempt, in one round
 // trip. It fails fast while Redis is down.
 func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission, error) {
-	key := r.guardKey(upstream)
-	keys, quota := []string{key}, "0"
+	keys, args := r.admitArgs(upstream, a)
+	var res []any
+	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
+		res, err = r.runOnce(ctx, admitScript, keys[0], keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return Admission{}, err
+	}
+	return admission(res)
+}
+
+// admitArgs are admitScript's KEYS and ARGV (receipt aside) for a.
+func (r *Redis) admitArgs(upstream string, a Admit) (keys []string, args []any) {
+	keys, quota := []string{r.guardKey(upstream)}, "0"
 	if a.Quota {
 		keys, quota = append(keys, r.quotaKey(upstream, a.Scope)), "1"
 	}
@@ -331,16 +348,12 @@ func (r *Redis) Admit(ctx context.Context, upstream string, a Admit) (Admission,
 	if a.Background {
 		bg = "1"
 	}
-	args := []any{clock(a.Now), a.Interval.Microseconds(), a.Tau.Microseconds(), a.MaxWait.Microseconds(),
+	return keys, []any{clock(a.Now), a.Interval.Microseconds(), a.Tau.Microseconds(), a.MaxWait.Microseconds(),
 		a.Probes, a.Lease.Microseconds(), a.TTL.Milliseconds(), quota, max(a.Burst, 1), bg, a.Partition, a.Route}
-	var res []any
-	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
-		res, err = r.runOnce(ctx, admitScript, key, keys, args...).Slice()
-		return err
-	})
-	if err != nil {
-		return Admission{}, err
-	}
+}
+
+// admission reads admitBody's reply.
+func admission(res []any) (Admission, error) {
 	if len(res) != 7 && len(res) != 10 {
 		return Admission{}, fmt.Errorf("%w: admit script answered %v", ErrUnavailable, res)
 	}

@@ -34,11 +34,13 @@ func (l Layout) ShardChannels() []string { return shardChannelNames(l.Prefix) }
 
 // ScriptHash is the SHA1 of a script, as EVALSHA names it: "lock",
 // "holder", "extend", "land", "handoff", "invalidate", "admit",
-// "record", "acquireslot" or "releaseslot"; "" for another name.
+// "record", "lock+admit", "acquireslot" or "releaseslot"; "" for another
+// name.
 func ScriptHash(name string) string {
 	s, ok := map[string]interface{ Hash() string }{
 		"lock": lockScript, "holder": holderScript, "extend": extendScript, "land": landScript,
 		"handoff": handOffScript, "invalidate": invalidateScript, "admit": admitScript, "record": recordScript,
+		"lock+admit":  claimAdmitScript,
 		"acquireslot": acquireSlotScript, "releaseslot": releaseSlotScript,
 	}[name]
 	if !ok {

@@ -40,6 +40,44 @@ local gen = redis.call("get", KEYS[3]) or ""
 if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
 if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1], 0, doc, gen} end
 return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1]), doc, gen}`)
+	// claimAdmitScript is lockScript, and, once the lock is ours, the
+	// shared guard's admission of the fetch the holder will make
+	// (admitBody): the holder learns in one round trip that it leads and
+	// whether, or when, it may call the upstream, and an instance that
+	// follows books nothing. Its keys span the lock's slot and the
+	// guard's, so it runs on a single Redis (or Sentinel's master) only;
+	// in Redis Cluster the admission is asked after the lock. A replay
+	// finds the lock held by its own token and answers the admission the
+	// first run made, which that run kept in its receipt (the last key):
+	// only a run that takes the lock writes one. KEYS: lock, doc, gen,
+	// the admission's keys, receipt. ARGV: token, ttl ms, peek, how many
+	// admission keys, the admission's ARGV, receipt ttl ms. It answers as
+	// lockScript, the admission's reply (admitScript's) sixth when the
+	// lock is ours.
+	claimAdmitScript = redis.NewScript(`
+local function admit(KEYS, ARGV)
+` + admitBody + `
+end
+local doc = redis.call("get", KEYS[2])
+local gen = redis.call("get", KEYS[3]) or ""
+if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  local holder = redis.call("get", KEYS[1]) or ""
+  if holder ~= ARGV[1] then return {0, holder, redis.call("pttl", KEYS[1]), doc, gen} end
+end
+local receipt = KEYS[#KEYS]
+local kept = redis.call("get", receipt)
+local adm
+if kept then
+  adm = cmsgpack.unpack(kept)
+else
+  local ak, aa = {}, {}
+  for i = 1, tonumber(ARGV[4]) do ak[i] = KEYS[3 + i] end
+  for i = 5, #ARGV - 1 do aa[#aa + 1] = ARGV[i] end
+  adm = admit(ak, aa)
+  redis.call("set", receipt, cmsgpack.pack(adm), "PX", ARGV[#ARGV])
+end
+return {1, ARGV[1], 0, doc, gen, adm}`)
 	// holderScript names the lock's holder and what is left of its lease,
 	// {token or "", ms left}, without taking it.
 	holderScript = redis.NewScript(`return {redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1])}`)
@@ -174,6 +212,11 @@ type Claim struct {
 	// Gen is id's generation as the lock was looked at ("" for none;
 	// UnknownGen when Redis did not answer).
 	Gen string
+	// Admission is the shared guard's answer to the ask ClaimAdmitting
+	// folded into the claim: set when the lock was taken and Redis
+	// answered, nil otherwise (then nothing was booked, unless the reply
+	// was lost).
+	Admission *Admission
 	// Err: Redis did not answer, or is marked down (then Lease is nil).
 	Err error
 }
@@ -186,6 +229,22 @@ type Claim struct {
 // A follower registers for id's pushes before calling Claim: every
 // landing after the copy it returns wakes it. See TryLock for the lease.
 func (r *Redis) Claim(ctx context.Context, id string, ttl time.Duration, peek bool) (c Claim) {
+	return r.ClaimAdmitting(ctx, id, ttl, peek, nil)
+}
+
+// AdmitAsk is the admission of the fetch a lock holder will make, asked
+// of upstream's shared guard (Admit).
+type AdmitAsk struct {
+	Upstream string
+	Admit    Admit
+}
+
+// ClaimAdmitting is Claim, and, when ask is not nil and the lock is taken,
+// ask's admission in the same round trip (Claim.Admission); an instance
+// that does not take the lock books nothing. In Redis Cluster, where the
+// guard's keys are in another slot, it is Claim: the holder asks Admit
+// after.
+func (r *Redis) ClaimAdmitting(ctx context.Context, id string, ttl time.Duration, peek bool, ask *AdmitAsk) (c Claim) {
 	c.Gen = UnknownGen
 	token := newToken()
 	var res []any
@@ -194,10 +253,19 @@ func (r *Redis) Claim(ctx context.Context, id string, ttl time.Duration, peek bo
 	if peek {
 		peekArg = "1"
 	}
+	keys := []string{r.lockKey(id), r.docKey(id), r.genKey(id)}
+	if r.shards != nil {
+		ask = nil // Redis Cluster: see claimAdmitScript
+	}
 	err := r.ifUp(ctx, func(ctx context.Context) (err error) {
 		asked = true
-		res, err = lockScript.Run(ctx, r.rdb, []string{r.lockKey(id), r.docKey(id), r.genKey(id)},
-			token, ttl.Milliseconds(), peekArg).Slice()
+		if ask == nil {
+			res, err = lockScript.Run(ctx, r.rdb, keys, token, ttl.Milliseconds(), peekArg).Slice()
+			return err
+		}
+		akeys, aargs := r.admitArgs(ask.Upstream, ask.Admit)
+		args := append([]any{token, ttl.Milliseconds(), peekArg, len(akeys)}, aargs...)
+		res, err = r.runOnce(ctx, claimAdmitScript, keys[0], append(keys, akeys...), args...).Slice()
 		return err
 	})
 	if err != nil && !asked {
@@ -205,13 +273,21 @@ func (r *Redis) Claim(ctx context.Context, id string, ttl time.Duration, peek bo
 		c.Err = err
 		return c
 	}
-	if err == nil && len(res) != 5 {
+	if err == nil && len(res) != 5 && (ask == nil || len(res) != 6) {
 		err = fmt.Errorf("%w: lock script answered %v", ErrUnavailable, res)
 	}
 	if err == nil {
 		c.Gen, _ = res[4].(string)
 		s, _ := res[3].(string)
 		c.Doc, c.Enc = decodeDoc(s, id)
+		if len(res) == 6 {
+			adm, _ := res[5].([]any)
+			if a, aerr := admission(adm); aerr == nil {
+				c.Admission = &a
+			} else {
+				r.log.Warn("the claim's admission did not parse; the holder asks again", "err", aerr)
+			}
+		}
 		switch asInt(res[0]) {
 		case 2:
 			c.Found = true

@@ -227,7 +227,7 @@ func (r *Redis) watch(ctx context.Context) {
 
 // scripts lists every Lua script the coordinator runs.
 func scripts() []*redis.Script {
-	return []*redis.Script{lockScript, holderScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript,
+	return []*redis.Script{lockScript, holderScript, extendScript, landScript, handOffScript, invalidateScript, admitScript, recordScript, claimAdmitScript,
 		acquireSlotScript, releaseSlotScript}
 }
 

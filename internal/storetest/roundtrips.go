@@ -14,7 +14,7 @@ import (
 )
 
 // scriptNames are the store's scripts, as store.ScriptHash names them.
-var scriptNames = []string{"lock", "holder", "extend", "land", "handoff", "invalidate", "admit", "record"}
+var scriptNames = []string{"lock", "holder", "extend", "land", "handoff", "invalidate", "admit", "record", "lock+admit"}
 
 // Trip is one round trip a client made to Redis: a command, or a
 // pipeline of them.

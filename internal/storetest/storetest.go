@@ -156,6 +156,13 @@ func (e *Events) Sync(ctx context.Context) ([]Event, error) {
 // LockCall picks out TryLock's run of the lock script on id.
 func (s *Store) LockCall(id string) []string { return s.call("lock", s.l.LockKey(id)) }
 
+// ClaimCall picks out a flight's claim of id on a single Redis, which
+// asks upstream's guard to admit the fetch in the same script when it
+// takes the lock (store's claimAdmitScript).
+func (s *Store) ClaimCall(id, upstream string) []string {
+	return append(s.call("lock+admit", s.l.LockKey(id)), s.l.GuardKey(upstream))
+}
+
 // HolderCall picks out HolderOf's run of the holder script on id.
 func (s *Store) HolderCall(id string) []string { return s.call("holder", s.l.LockKey(id)) }
 

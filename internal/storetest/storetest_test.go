@@ -151,7 +151,7 @@ func TestCalls(t *testing.T) {
 		r.Wait()
 	})
 	st := storetest.New(nil, "p:")
-	const id, upstream = "https://example.org/calls", "up"
+	const id, claimed, upstream = "https://example.org/calls", "https://example.org/claimed", "up"
 	lock := func(ttl time.Duration) *store.Lease {
 		l, _, err := r.TryLock(ctx, id, ttl)
 		if err != nil || l == nil {
@@ -166,6 +166,15 @@ func TestCalls(t *testing.T) {
 		call    []string
 		not, op func()
 	}{
+		{"claim", st.ClaimCall(claimed, upstream), func() {
+			_, _ = r.Admit(ctx, upstream, store.Admit{TTL: time.Minute})
+			_, _, _ = r.TryLock(ctx, claimed+"/other", time.Minute)
+		}, func() {
+			c := r.ClaimAdmitting(ctx, claimed, time.Minute, true, &store.AdmitAsk{Upstream: upstream, Admit: store.Admit{TTL: time.Minute}})
+			if c.Lease != nil {
+				t.Cleanup(c.Lease.StopWatchdog)
+			}
+		}},
 		{"lock", st.LockCall(id), func() { _, _ = r.HolderOf(ctx, id) }, func() { l = lock(time.Minute) }},
 		{"holder", st.HolderCall(id), func() { _, _, _ = r.TryLock(ctx, id, time.Minute) }, func() { _, _ = r.HolderOf(ctx, id) }},
 		{"handoff", st.HandOffCall(id), func() { _, _ = r.HolderOf(ctx, id) }, func() { l.HandOff(store.Event{Type: store.EventRelease}) }},

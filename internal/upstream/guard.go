@@ -343,18 +343,29 @@ func (g *sharedGuard) clock() time.Time {
 }
 
 func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quotaAsk) (admission, error) {
+	res, err := g.s.Admit(ctx, g.up, g.ask(maxWait, qa))
+	if err != nil {
+		return admission{}, err
+	}
+	return g.answer(res), nil
+}
+
+// ask is the shared guard's question for an attempt that may wait up to
+// maxWait and spends qa.
+func (g *sharedGuard) ask(maxWait time.Duration, qa quotaAsk) SharedAdmit {
 	interval, tau := g.interval, g.tau
 	if qa.quotaOnly {
 		interval, tau = 0, 0
 	}
-	res, err := g.s.Admit(ctx, g.up, SharedAdmit{
+	return SharedAdmit{
 		Now: g.clock(), Interval: interval, Tau: tau, MaxWait: maxWait,
 		Probes: g.p.Breaker.HalfOpenProbes, Lease: g.lease, TTL: g.ttl,
 		Quota: qa.key != "", Scope: qa.scope, Partition: qa.partition, Route: qa.route, Burst: g.p.Burst, Background: qa.background,
-	})
-	if err != nil {
-		return admission{}, err
 	}
+}
+
+// answer is the admission the shared guard's reply res gives.
+func (g *sharedGuard) answer(res SharedAdmission) admission {
 	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack, rateLater: res.RateLater}
 	switch res.Verdict {
 	case "again":
@@ -367,7 +378,7 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quota
 	if res.Changed == "half" {
 		logTransition(g.log, g.m, g.up, "cluster", breakerOpen.String(), breakerHalfOpen.String())
 	}
-	return a, nil
+	return a
 }
 
 func (g *sharedGuard) record(ctx context.Context, a admission, o outcome, backoff time.Duration, n quotaNote) {

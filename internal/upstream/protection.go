@@ -121,6 +121,9 @@ func (p *Client) Fetch(ctx context.Context, fr FetchRequest, report func(Event))
 		report = func(Event) {}
 	}
 	report = tracedReport(ctx, report)
+	if fr.First != nil && !fr.First.fits(fr) {
+		fr.First.Drop(ctx)
+	}
 	for hop := 0; ; hop++ {
 		resp, err := p.fetchOne(ctx, fr, hop, report)
 		if err != nil || hop == MaxRedirects {
@@ -305,7 +308,16 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			queued bool
 		)
 		first := !qa.quotaOnly && !qa.rateOnly // asked for the rate limit and the quota: the queue's
-		if first && !p.fair.tryAsk(fr.QuotaScope) {
+		if fa := fr.First; first && fa != nil && !fa.taken {
+			// Asked ahead, holding the scope's ask (PrepareAsk): as the
+			// direct ask below.
+			if a = fa.take(ctx); a.verdict == verdictAdmitted && a.wait > 0 && !a.again {
+				a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
+				queued = true
+			} else {
+				p.fair.asked(fr.QuotaScope)
+			}
+		} else if first && !p.fair.tryAsk(fr.QuotaScope) {
 			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
 			queued = true
 		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {

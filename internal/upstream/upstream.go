@@ -54,6 +54,10 @@ type FetchRequest struct {
 	// marked background): such a fetch takes slots after every fetch a
 	// caller waits for.
 	Background func() bool
+	// First, when set, is the first attempt's admission, asked ahead
+	// (Client.PrepareAsk) for the fetch this request makes. Fetch takes
+	// it, or drops it if it was asked for another priority.
+	First *FirstAsk
 }
 
 // Response is an upstream's answer with its body read in full.
