@@ -410,9 +410,15 @@ func (c *Coordinator) fill(f *flight) (res *Result, land func(), err error) {
 			return f.fallback, nil, ErrClosed
 		}
 		lt := f.tr.lock(c.ctx, c.co)
-		// The fetch's admission, asked with the lock where the store can:
-		// the holder then calls the upstream a round trip sooner.
-		ask := c.clients[t.upstream.Name].PrepareAsk(c.ctx, c.fetchRequest(f))
+		// The fetch's admission, asked with the first claim's lock where
+		// the store can: the holder then calls the upstream a round trip
+		// sooner. Only the first: it takes the lock only when L2 holds no
+		// copy, which a later one may find, and then fetch nothing with
+		// the slot it booked.
+		var ask *upstream.FirstAsk
+		if first {
+			ask = c.clients[t.upstream.Name].PrepareAsk(c.ctx, c.fetchRequest(f))
+		}
 		cl := c.co.claim(c.ctx, t.id, c.cfg.LockTTL, first, ask)
 		lt.end(cl)
 		if cl.lease == nil {
