@@ -393,7 +393,7 @@ func renderWarm(tp []tputPoint, cfg config) string {
 	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range tp {
 		w("| %s | %d | %.0f | %.0f | %s | %.0f | %s | %d |\n", sizeName(p.size), p.callers,
-			p.coordd.perSec(), p.floor.perSec(), fmt.Sprintf("%.0f%%", 100*sliceRatio(p.coordd, p.floor)), p.poll.perSec(), ratio(p.coordd.perSec(), p.poll.perSec()),
+			p.coordd.perSec(), p.floor.perSec(), percent(sliceRatio(p.coordd, p.floor), 1), p.poll.perSec(), ratio(p.coordd.perSec(), p.poll.perSec()),
 			p.coordd.errors+p.floor.errors+p.poll.errors)
 	}
 	w("\nEach point: %v per target, in %d slices taken in turn, each slice starting with the next target after a forced GC; coordd ÷ floor is the median over the slices of the ratio within each slice.\n", cfg.tputDuration, cfg.tputSlices())
