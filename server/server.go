@@ -8,7 +8,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"sync"
 	"time"
 
@@ -109,7 +108,6 @@ func NewGRPC(s *Server, cfg Config, opts ...grpc.ServerOption) *GRPC {
 			PermitWithoutStream: true,             // even with no active call
 		}),
 		grpc.MaxConcurrentStreams(10000), // many agents share few connections
-		grpc.NumStreamWorkers(streamWorkers()),
 	}
 	// Authentication before the call cap: a caller without a valid token
 	// is refused at once and never holds a slot.
@@ -418,11 +416,3 @@ func headersPB(hs []document.Header) []*coorddv1.Header {
 	}
 	return out
 }
-
-// streamWorkers is how many goroutines the server keeps to run streams
-// on. grpc-go otherwise starts one per stream, whose stack then grows,
-// by copying, to the depth of coordd's handler chain: about 4 µs of
-// every warm hit (BenchmarkWarmHitFloor, docs/performance.md). A worker's
-// stack stays grown. A stream that finds every worker busy (a cold wait
-// holds one for as long as the fetch) gets its own goroutine, as before.
-func streamWorkers() uint32 { return uint32(32 * runtime.GOMAXPROCS(0)) }

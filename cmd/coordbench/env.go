@@ -152,10 +152,7 @@ func startCoorddWith(h redistest.TB, s coorddSpec) *instance {
 		h.Fatalf("listen: %v", err)
 	}
 	mu.Lock()
-	// Built under the label, as its stream workers start here.
-	serveLabelled(nameCoordd, func() {
-		in.g = server.NewGRPC(server.New(c, cfg.Logger, s.server...), server.Config{MaxConcurrentCalls: -1}) // the 10,000-stream round measures capacity, not the cap
-	})
+	in.g = server.NewGRPC(server.New(c, cfg.Logger, s.server...), server.Config{MaxConcurrentCalls: -1}) // the 10,000-stream round measures capacity, not the cap
 	mu.Unlock()
 	go serveLabelled(nameCoordd, func() { _ = in.g.Serve(lis) })
 	in.c, in.addr = c, lis.Addr().String()
