@@ -169,9 +169,10 @@ func TestFollowersBookNoSlot(t *testing.T) {
 			})
 		}
 	}
-	// Every instance's flight has claimed (the lock's holder asks the
-	// upstream; the others wait for its push) before the upstream answers.
-	if err := coordtest.AwaitJoined(ctx, u.URL()+path, callers, ins...); err != nil {
+	// Every caller waits, and every instance's flight has claimed (the
+	// lock's holder asks the upstream; the others wait for its push),
+	// before the upstream answers.
+	if err := coordtest.AwaitJoined(ctx, u.URL()+path, instances*callers, ins...); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
