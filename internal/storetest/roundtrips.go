@@ -32,8 +32,8 @@ type Trip struct {
 // "(eval)", another command by its name in lower case ("mget", "get",
 // "spublish"); the commands of a pipeline joined with "+". PING is left
 // out: the health checks and the connection warm-up send it whatever the
-// traffic; so is a command whose context had ended, which go-redis does
-// not send. Pub/sub connections do not pass through the hook: a
+// traffic; so are a new connection's HELLO and CLIENT SETINFO, and a
+// command whose context had ended, which go-redis does not send. Pub/sub connections do not pass through the hook: a
 // subscription is per instance, not per key. It is safe for concurrent
 // use.
 type RoundTrips struct {
@@ -132,6 +132,11 @@ func stepOf(cmd redis.Cmder) string {
 	args := cmd.Args()
 	switch name {
 	case "ping":
+		return ""
+	case "hello", "client":
+		// A new connection's set-up (HELLO, CLIENT SETINFO), sent when the
+		// pool dials, whatever the traffic: a lease's renewal needing a
+		// connection while the others are busy, on a loaded machine.
 		return ""
 	case "evalsha", "evalsha_ro", "eval", "eval_ro":
 		byHashOnce.Do(func() {

@@ -214,3 +214,23 @@ func TestCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundTripsLeaveOutDials: a command that makes the pool dial is one
+// round trip; the new connection's HELLO and CLIENT SETINFO, which
+// go-redis sends whatever the traffic, are not counted (a lease's
+// renewal dialling mid-burst on a loaded machine made
+// TestColdPathRoundTrips count them).
+func TestRoundTripsLeaveOutDials(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	var rt storetest.RoundTrips
+	rdb.AddHook(rt.Hook())
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil { // dials
+		t.Fatal(err)
+	}
+	if got := storetest.Steps(rt.Take()); len(got) != 1 || got[0] != "set" {
+		t.Fatalf("steps = %v; want [set]", got)
+	}
+}
