@@ -2,8 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,20 +10,15 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/server"
+	"github.com/coordd/coordd/internal/wirefloor"
 )
 
 // BenchmarkWarmHitFloor is a warm hit through coordd's whole server stack
@@ -46,7 +39,14 @@ func BenchmarkWarmHitFloor(b *testing.B) {
 		path := fmt.Sprintf("/warmfloor/%d", size)
 		up.Set(path, fakeupstream.Behavior{Size: size})
 		u := up.URL() + path
-		hit := captureHit(b, in.Addr, u)
+		stub := in.Dial(b)
+		if _, err := coorddtest.Get(ctx, stub, &coorddv1.GetOrFetchRequest{Url: u}); err != nil { // now a hit
+			b.Fatal(err)
+		}
+		hit, err := wirefloor.CaptureHit(ctx, stub, u)
+		if err != nil {
+			b.Fatal(err)
+		}
 		floor := startFloor(b, hit)
 		for _, srv := range []struct{ name, addr string }{{"coordd", in.Addr}, {"floor", floor}} {
 			c, err := coordd.Dial(srv.addr)
@@ -87,43 +87,6 @@ func BenchmarkWarmHitFloor(b *testing.B) {
 	}
 }
 
-// captureHit returns what coordd at addr sends for a hit of u, each
-// message in wire form; u is fetched first, so that it is a hit.
-func captureHit(b *testing.B, addr, u string) [][]byte {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Close()
-	stub := coorddv1.NewCoordinatorServiceClient(cc)
-	ctx := context.Background()
-	if _, err := coorddtest.Get(ctx, stub, &coorddv1.GetOrFetchRequest{Url: u}); err != nil {
-		b.Fatal(err)
-	}
-	st, err := stub.GetOrFetch(ctx, &coorddv1.GetOrFetchRequest{Url: u})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out [][]byte
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		if md := m.GetMetadata(); md != nil && md.GetSource() != coorddv1.Source_SOURCE_L1 {
-			b.Fatalf("%s: served from %v, not L1", u, md.GetSource())
-		}
-		w, err := proto.Marshal(m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		out = append(out, w)
-	}
-}
-
 // startFloor serves hit, as is, for every GetOrFetch, on a bare gRPC
 // server with no interceptors, and returns its address.
 func startFloor(b *testing.B, hit [][]byte) string {
@@ -131,7 +94,7 @@ func startFloor(b *testing.B, hit [][]byte) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.MaxConcurrentStreams(10000), grpc.ForceServerCodecV2(passCodec{encoding.GetCodecV2("proto")}))
+	g := grpc.NewServer(grpc.MaxConcurrentStreams(10000), wirefloor.ServerOption())
 	coorddv1.RegisterCoordinatorServiceServer(g, floorServer{hit: hit})
 	hs := health.NewServer() // the Go client checks it
 	healthpb.RegisterHealthServer(g, hs)
@@ -147,25 +110,5 @@ type floorServer struct {
 }
 
 func (s floorServer) GetOrFetch(_ *coorddv1.GetOrFetchRequest, stream grpc.ServerStreamingServer[coorddv1.GetOrFetchResponse]) error {
-	if err := stream.SetHeader(metadata.Pairs(server.RequestIDHeader, rand.Text())); err != nil {
-		return err
-	}
-	for _, f := range s.hit {
-		if err := stream.SendMsg(&encoded{f}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// encoded is a message already in wire form; passCodec sends it as is.
-type encoded struct{ b []byte }
-
-type passCodec struct{ encoding.CodecV2 }
-
-func (c passCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*encoded); ok {
-		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
-	}
-	return c.CodecV2.Marshal(v)
+	return wirefloor.SendHit(stream, s.hit)
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,17 +13,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/server"
+	"github.com/coordd/coordd/internal/wirefloor"
 )
 
 // pollInterval is how often the polling baseline's losers look again.
@@ -164,18 +159,10 @@ func (s *floorServer) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.Se
 		return status.Error(codes.NotFound, u.Path)
 	}
 	if hit := e.hit.Load(); hit != nil {
-		if err := stream.SetHeader(metadata.Pairs(server.RequestIDHeader, rand.Text())); err != nil {
-			return err
-		}
-		for _, f := range *hit {
-			if err := stream.SendMsg(&encoded{f}); err != nil {
-				return err
-			}
-		}
-		return nil
+		return wirefloor.SendHit(stream, *hit)
 	}
 	if g := e.gate; g != nil {
-		if err := stream.SendMsg(&encoded{floorProgress}); err != nil {
+		if err := stream.SendMsg(&wirefloor.Encoded{B: floorProgress}); err != nil {
 			return err
 		}
 		select {
@@ -186,7 +173,7 @@ func (s *floorServer) GetOrFetch(req *coorddv1.GetOrFetchRequest, stream grpc.Se
 		g.left()
 	}
 	for _, f := range e.wire() {
-		if err := stream.SendMsg(&encoded{f}); err != nil {
+		if err := stream.SendMsg(&wirefloor.Encoded{B: f}); err != nil {
 			return err
 		}
 	}
@@ -206,33 +193,6 @@ func (e *entry) wire() [][]byte {
 	return e.frames
 }
 
-// hitFrames is what coordd, through stub, sends for a warm hit of u: each
-// message of the stream in wire form.
-func hitFrames(ctx context.Context, stub coorddv1.CoordinatorServiceClient, u string) ([][]byte, error) {
-	st, err := stub.GetOrFetch(ctx, &coorddv1.GetOrFetchRequest{Url: u})
-	if err != nil {
-		return nil, err
-	}
-	var out [][]byte
-	for {
-		m, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if md := m.GetMetadata(); md != nil && md.GetSource() != coorddv1.Source_SOURCE_L1 {
-			return nil, fmt.Errorf("%s: served from %v, not L1", u, md.GetSource())
-		}
-		b, err := proto.Marshal(m)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-}
-
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.Marshal(m)
 	if err != nil {
@@ -241,28 +201,13 @@ func mustMarshal(m proto.Message) []byte {
 	return b
 }
 
-// encoded is a message already in wire form; passCodec sends it as is.
-type encoded struct{ b []byte }
-
-// passCodec is the proto codec, except that an *encoded passes through.
-// Hand-rolled like coordd's own (server/codec.go, unexported): gRPC has no
-// public way to send pre-encoded bytes without copying them.
-type passCodec struct{ encoding.CodecV2 }
-
-func (c passCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*encoded); ok {
-		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
-	}
-	return c.CodecV2.Marshal(v)
-}
-
 func startPolling(h redistest.TB, client *http.Client) string {
 	s := &pollServer{client: client, docs: make(map[string][]byte), fetching: make(map[string]bool)}
 	return serveBaseline(h, s)
 }
 
 func startFloor(h redistest.TB, cat *catalog) string {
-	return serveBaseline(h, &floorServer{cat: cat}, grpc.ForceServerCodecV2(passCodec{encoding.GetCodecV2("proto")}))
+	return serveBaseline(h, &floorServer{cat: cat}, wirefloor.ServerOption())
 }
 
 // serveBaseline serves s on a free loopback port with the health service

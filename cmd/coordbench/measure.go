@@ -7,13 +7,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	coordd "github.com/coordd/coordd/clients/go"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/wirefloor"
 )
 
 // results is everything one run measured.
@@ -85,7 +85,7 @@ func sliceRatio(a, b tput) float64 {
 	if len(rs) == 0 {
 		return 0
 	}
-	sort.Float64s(rs)
+	slices.Sort(rs)
 	if n := len(rs); n%2 == 0 {
 		return (rs[n/2-1] + rs[n/2]) / 2
 	}
@@ -220,7 +220,7 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 			}
 		}
 		// The floor sends what coordd sends for the hit, byte for byte.
-		hit, err := hitFrames(ctx, e.coorddT.stubs[0], u)
+		hit, err := wirefloor.CaptureHit(ctx, e.coorddT.stubs[0], u)
 		if err != nil {
 			return nil, fmt.Errorf("coordd's hit: %w", err)
 		}

@@ -34,11 +34,7 @@ var (
 	// token, 0, doc, gen} when taken, {0, holder's token, ms left, doc,
 	// gen} when held, {2, "", 0, doc, gen} when peek found a copy; doc is
 	// nil when absent, gen "" when never set.
-	lockScript = redis.NewScript(`
-local doc = redis.call("get", KEYS[2])
-local gen = redis.call("get", KEYS[3]) or ""
-if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1], 0, doc, gen} end
+	lockScript = redis.NewScript(lockLook + `if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {1, ARGV[1], 0, doc, gen} end
 return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1]), doc, gen}`)
 	// claimAdmitScript is lockScript, and, once the lock is ours, the
 	// shared guard's admission of the fetch the holder will make
@@ -57,11 +53,7 @@ return {0, redis.call("get", KEYS[1]) or "", redis.call("pttl", KEYS[1]), doc, g
 	claimAdmitScript = redis.NewScript(`
 local function admit(KEYS, ARGV)
 ` + admitBody + `
-end
-local doc = redis.call("get", KEYS[2])
-local gen = redis.call("get", KEYS[3]) or ""
-if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
-if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+end` + lockLook + `if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   local holder = redis.call("get", KEYS[1]) or ""
   if holder ~= ARGV[1] then return {0, holder, redis.call("pttl", KEYS[1]), doc, gen} end
 end
@@ -120,6 +112,14 @@ redis.call("pexpire", KEYS[3], ARGV[3])
 if ARGV[1] ~= "" then redis.call("publish", ARGV[1], ARGV[2]) end
 return existed`)
 )
+
+// lockLook is how lockScript and claimAdmitScript begin: read id's
+// document and generation, and, with peek, answer a copy found.
+const lockLook = `
+local doc = redis.call("get", KEYS[2])
+local gen = redis.call("get", KEYS[3]) or ""
+if doc and ARGV[3] == "1" then return {2, "", 0, doc, gen} end
+`
 
 // replaySafe returns a script that runs body at most once per receipt:
 // its last key, which the caller makes fresh for each run (runOnce). A

@@ -1,9 +1,6 @@
 package upstream
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // FirstAsk is a fetch's first question to the shared guard, asked ahead
 // of the fetch, so that the store can ask it in the round trip that takes
@@ -24,8 +21,6 @@ type FirstAsk struct {
 	p           *Client
 	scope       string
 	lowPriority bool
-	qa          quotaAsk
-	bound       time.Duration
 	answer      *SharedAdmission
 	taken       bool // by a fetch, or dropped
 }
@@ -38,9 +33,8 @@ func (p *Client) PrepareAsk(ctx context.Context, fr FetchRequest) *FirstAsk {
 	if p.shared == nil || !p.fair.tryAsk(fr.QuotaScope) {
 		return nil
 	}
-	qa, bound := p.quotaAsk(fr), p.bound(ctx, fr)
-	return &FirstAsk{Upstream: p.up.Name, Admit: p.shared.ask(bound, qa),
-		p: p, scope: fr.QuotaScope, lowPriority: fr.LowPriority, qa: qa, bound: bound}
+	return &FirstAsk{Upstream: p.up.Name, Admit: p.shared.ask(p.bound(ctx, fr), p.quotaAsk(fr)),
+		p: p, scope: fr.QuotaScope, lowPriority: fr.LowPriority}
 }
 
 // Answered gives the shared guard's answer to a.Admit.
@@ -68,12 +62,13 @@ func (a *FirstAsk) fits(fr FetchRequest) bool {
 	return a.scope == fr.QuotaScope && a.lowPriority == fr.LowPriority
 }
 
-// take returns the first attempt's admission: the answer given, or, if
-// none came, the guard's answer asked now.
-func (a *FirstAsk) take(ctx context.Context) admission {
+// take takes a for the first attempt: the admission its answer gives,
+// and whether one came (else the attempt asks now, still holding the
+// scope's ask).
+func (a *FirstAsk) take() (admission, bool) {
 	a.taken = true
-	if a.answer != nil {
-		return a.p.shared.answer(*a.answer)
+	if a.answer == nil {
+		return admission{}, false
 	}
-	return a.p.ask(ctx, a.bound, a.qa)
+	return a.p.shared.answer(*a.answer), true
 }

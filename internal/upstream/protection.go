@@ -307,24 +307,25 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			err    error
 			queued bool
 		)
-		first := !qa.quotaOnly && !qa.rateOnly // asked for the rate limit and the quota: the queue's
-		if fa := fr.First; first && fa != nil && !fa.taken {
-			// Asked ahead, holding the scope's ask (PrepareAsk): as the
-			// direct ask below.
-			if a = fa.take(ctx); a.verdict == verdictAdmitted && a.wait > 0 && !a.again {
-				a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
-				queued = true
-			} else {
-				p.fair.asked(fr.QuotaScope)
-			}
-		} else if first && !p.fair.tryAsk(fr.QuotaScope) {
+		first := !qa.quotaOnly && !qa.rateOnly               // asked for the rate limit and the quota: the queue's
+		ahead := first && fr.First != nil && !fr.First.taken // asked ahead, holding the scope's ask (PrepareAsk)
+		if first && !ahead && !p.fair.tryAsk(fr.QuotaScope) {
 			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
 			queued = true
-		} else if a = p.ask(ctx, bound, qa); a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {
-			a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
-			queued = true
-		} else if first {
-			p.fair.asked(fr.QuotaScope)
+		} else {
+			answered := false
+			if ahead {
+				a, answered = fr.First.take()
+			}
+			if !answered {
+				a = p.ask(ctx, bound, qa)
+			}
+			if a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {
+				a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
+				queued = true
+			} else if first {
+				p.fair.asked(fr.QuotaScope)
+			}
 		}
 		if err != nil {
 			return a, err
