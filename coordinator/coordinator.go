@@ -52,6 +52,7 @@ type Coordinator struct {
 	ownTransport *http.Transport // the transport New made, closed by Close
 	stats        statusCounters  // for Status (status.go)
 	scopeKey     scopeKey        // keys credential scope ids (request.go)
+	urls         *urlMemo        // canonical urls resolved lately (urlmemo.go)
 }
 
 // Options are the optional dependencies of New.
@@ -112,6 +113,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 		flights:  make(map[string]*flight),
 		genTTL:   life + cfg.LockTTL + time.Hour,
 		scopeKey: newScopeKey(cfg.CredentialScopeKey),
+		urls:     newURLMemo(),
 		ctx:      ctx,
 		cancel:   cancel,
 	}

@@ -66,21 +66,20 @@ func (c *Coordinator) ResolveRequest(s Scope, r Request) (Target, error) {
 	if err := s.validate(); err != nil {
 		return Target{}, err
 	}
-	u, err := upstream.CanonicalURL(r.URL)
+	canon, up, err := c.canonical(r.URL)
 	if err != nil {
 		return Target{}, err
 	}
 	if err := checkKey(r.Key); err != nil {
 		return Target{}, err
 	}
-	up := c.match(u)
 	if up == nil {
-		return Target{}, fmt.Errorf("%w: url %s is outside every configured upstream", ErrForbidden, u.Redacted())
+		return Target{}, outside(canon)
 	}
 	if !s.grants(up.Name) {
 		return Target{}, notGranted(s, up.Name)
 	}
-	t := Target{URL: u.String(), Key: r.Key, tenant: s.Tenant, upstream: up, weight: s.Weight}
+	t := Target{URL: canon, Key: r.Key, tenant: s.Tenant, upstream: up, weight: s.Weight}
 	if t.Key == "" {
 		t.Key = t.URL
 	}

@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -96,27 +98,74 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := c.Resolve(tt.url, tt.key)
-			if tt.want != nil {
-				if !errors.Is(err, tt.want) {
-					t.Fatalf("Resolve(%q, %q) error = %v; want %v", tt.url, tt.key, err, tt.want)
+			// The second pass finds the url in the memo (urlmemo.go).
+			for pass := range 2 {
+				got, err := c.Resolve(tt.url, tt.key)
+				if tt.want != nil {
+					if !errors.Is(err, tt.want) {
+						t.Fatalf("pass %d: Resolve(%q, %q) error = %v; want %v", pass, tt.url, tt.key, err, tt.want)
+					}
+					continue
 				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("Resolve(%q) error = %v", tt.url, err)
-			}
-			if got.URL != tt.wantURL {
-				t.Errorf("URL = %q; want %q", got.URL, tt.wantURL)
-			}
-			wantKey := tt.key
-			if wantKey == "" {
-				wantKey = tt.wantURL
-			}
-			if got.Key != wantKey {
-				t.Errorf("Key = %q; want %q", got.Key, wantKey)
+				if err != nil {
+					t.Fatalf("pass %d: Resolve(%q) error = %v", pass, tt.url, err)
+				}
+				if got.URL != tt.wantURL {
+					t.Errorf("pass %d: URL = %q; want %q", pass, got.URL, tt.wantURL)
+				}
+				wantKey := tt.key
+				if wantKey == "" {
+					wantKey = tt.wantURL
+				}
+				if got.Key != wantKey {
+					t.Errorf("pass %d: Key = %q; want %q", pass, got.Key, wantKey)
+				}
 			}
 		})
+	}
+}
+
+// TestURLMemoCollisions resolves, from many goroutines at once, more urls
+// than the memo has slots, each with an upstream of its own, so that
+// slots are replaced while they are read: every answer must be its own
+// url's, never another's that shares its slot.
+func TestURLMemoCollisions(t *testing.T) {
+	const upstreams = 3
+	var ups []Upstream
+	for i := range upstreams {
+		ups = append(ups, Upstream{Name: fmt.Sprintf("u%d", i), BaseURL: fmt.Sprintf("http://127.0.0.1:%d/", 8000+i)})
+	}
+	c := newTestCoordinator(t, Config{Upstreams: ups})
+	n := 3 * urlMemoSlots
+	raw := func(i int) (url, want, up string) {
+		u := i % upstreams
+		// Written unlike its canonical form, so a wrong answer shows.
+		return fmt.Sprintf("HTTP://127.0.0.1:%d/a/../d%d?z=1&a=%d", 8000+u, i, i),
+			fmt.Sprintf("http://127.0.0.1:%d/d%d?a=%d&z=1", 8000+u, i, i),
+			fmt.Sprintf("u%d", u)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for pass := range 3 {
+				for j := range n {
+					i := (j*7 + g*131 + pass) % n
+					u, want, up := raw(i)
+					got, err := c.Resolve(u, "")
+					if err != nil || got.URL != want || got.Upstream() != up {
+						t.Errorf("Resolve(%q) = %q in %q, %v; want %q in %q", u, got.URL, got.Upstream(), err, want, up)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Outside every upstream: refused, and refused again (never kept).
+	for range 2 {
+		if _, err := c.Resolve("http://127.0.0.1:9999/x", ""); !errors.Is(err, ErrForbidden) {
+			t.Fatalf("outside every upstream: %v; want ErrForbidden", err)
+		}
 	}
 }
 

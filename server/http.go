@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,7 +140,7 @@ func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: rw}
 	id := r.Header.Get(HTTPRequestIDHeader)
 	if !validRequestID(id) {
-		id = rand.Text()
+		id = newRequestID()
 	}
 	ctx := logctx.New(r.Context(), "request_id", id)
 	w.Header().Set(HTTPRequestIDHeader, id)

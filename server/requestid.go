@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
+	"math/rand/v2"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -27,7 +27,27 @@ func requestID(ctx context.Context) string {
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
 		return v[0]
 	}
-	return rand.Text()
+	return newRequestID()
+}
+
+// idAlphabet is crypto/rand.Text's: request ids look as they always did.
+const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+// newRequestID returns 26 random characters of idAlphabet (130 bits), as
+// crypto/rand.Text does, from math/rand/v2's generator (ChaCha8, seeded
+// by the runtime from the system's randomness, with no system call per
+// id): a request id must be unique, not secret.
+func newRequestID() string {
+	var b [26]byte
+	var r uint64
+	for i := range b {
+		if i%12 == 0 {
+			r = rand.Uint64() // 12 characters of 5 bits each
+		}
+		b[i] = idAlphabet[r&31]
+		r >>= 5
+	}
+	return string(b[:])
 }
 
 func validRequestID(s string) bool {
@@ -55,6 +75,7 @@ func requestIDUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next 
 }
 
 func requestIDStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	growStack(1) // first: the stack is shallowest here
 	w := middleware.WrapServerStream(ss)
 	var id string
 	w.WrappedContext, id = withRequestID(ss.Context())
