@@ -33,6 +33,9 @@ type burstSpec struct {
 	// after its latency without waiting for them to join (the floor at
 	// once): burstResult.first is then the time to the first answer.
 	atOnce bool
+	// remote (atOnce only): the callers run in this child process
+	// (callers.go), which calls the first len(stubs) of its addresses.
+	remote *callerProc
 }
 
 // burstResult is what one cold burst measured.
@@ -99,6 +102,9 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 	var wg, ready sync.WaitGroup
 	start := make(chan struct{})
 	for i := range s.callers {
+		if s.remote != nil {
+			break
+		}
 		wg.Add(1)
 		ready.Add(1)
 		go func() {
@@ -111,11 +117,18 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 		}()
 	}
 	var released time.Time
-	if s.atOnce {
+	switch {
+	case s.remote != nil:
+		var err error
+		released, results, err = s.remote.burst(remoteBurst{URL: u, Callers: s.callers, Size: s.size, K: len(s.stubs)})
+		if err != nil {
+			return burstResult{}, err
+		}
+	case s.atOnce:
 		ready.Wait()
 		released = time.Now()
 		close(start)
-	} else {
+	default:
 		t := time.NewTimer(joinTimeout)
 		select {
 		case <-allJoined:

@@ -77,27 +77,47 @@ func (e *env) roundTrips(ctx context.Context, k int, arrived time.Time) []instan
 type coldCell struct {
 	size, k, callers int
 	coordd, floor    []burstResult
+	// The same bursts with the callers in a child process (callers.go).
+	coorddOut, floorOut []burstResult
 }
 
 // measureCold runs cfg.coldRounds at-once bursts for each body size at 1
 // and 3 instances, of one caller per instance (the cold path alone) and
 // of cfg.lagCallers callers, coordd and the floor in turn.
 func (e *env) measureCold(ctx context.Context) ([]coldCell, error) {
+	const maxK = 3
+	coorddOut, err := startCallers(e.coorddT.addrs[:maxK])
+	if err != nil {
+		return nil, err
+	}
+	defer coorddOut.close()
+	floorOut, err := startCallers(e.floorT.addrs[:maxK])
+	if err != nil {
+		return nil, err
+	}
+	defer floorOut.close()
 	var out []coldCell
 	for _, size := range []int{e.cfg.small, e.cfg.large} {
-		for _, k := range []int{1, 3} {
+		for _, k := range []int{1, maxK} {
 			for _, n := range []int{k, e.cfg.lagCallers} {
 				c := coldCell{size: size, k: k, callers: n}
 				for range e.cfg.coldRounds {
-					r, err := e.burst(ctx, burstSpec{stubs: e.coorddT.stubs[:k], callers: n, size: size, coorddK: k, atOnce: true})
-					if err != nil {
-						return nil, err
+					for _, b := range []struct {
+						spec burstSpec
+						into *[]burstResult
+					}{
+						{burstSpec{stubs: e.coorddT.stubs[:k], coorddK: k}, &c.coordd},
+						{burstSpec{stubs: e.floorT.stubs[:k]}, &c.floor},
+						{burstSpec{stubs: e.coorddT.stubs[:k], coorddK: k, remote: coorddOut}, &c.coorddOut},
+						{burstSpec{stubs: e.floorT.stubs[:k], remote: floorOut}, &c.floorOut},
+					} {
+						b.spec.callers, b.spec.size, b.spec.atOnce = n, size, true
+						r, err := e.burst(ctx, b.spec)
+						if err != nil {
+							return nil, err
+						}
+						*b.into = append(*b.into, r)
 					}
-					c.coordd = append(c.coordd, r)
-					if r, err = e.burst(ctx, burstSpec{stubs: e.floorT.stubs[:k], callers: n, size: size, atOnce: true}); err != nil {
-						return nil, err
-					}
-					c.floor = append(c.floor, r)
 				}
 				out = append(out, c)
 			}
@@ -212,20 +232,26 @@ func renderCold(cells []coldCell, cfg config) string {
 			mean(f.after, f.bursts), f.maxAfter, steps(f.afterBy, f.bursts), fol, folSteps, errs)
 	}
 	w("\n## Cold path: the leader's first answer (goal: within 3 ms of the floor), ms p50 / p99 / max\n\n")
-	w("The callers (one per instance, or %d) released at once over K instances; from the release to the first caller's last byte, less the time the upstream held the request: as measured there (its arrival to its answer leaving; the nominal latency is %v, which a busy machine's timer overshoots), and, beside it, the nominal latency. The floor answers from memory at once. %d bursts of each, interleaved.\n\n", cfg.lagCallers, cfg.latency, cfg.coldRounds)
-	w("| body | K | callers | coordd − upstream held | coordd − %v | %s | difference, p50 | coordd: release → upstream request | coordd: answer leaving → first last byte |\n", cfg.latency, nameFloor)
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, c := range cells {
-		co, cn, fl := firsts(c.coordd, true, 0), firsts(c.coordd, false, cfg.latency), firsts(c.floor, false, 0)
-		var pre, post []time.Duration
-		for _, r := range c.coordd {
-			if r.errors == 0 && r.pre > 0 {
-				pre, post = append(pre, r.pre), append(post, r.post)
+	w("The callers (one per instance, or %d) released at once over K instances; from the release to the first caller's last byte, less the time the upstream held the request: as measured there (its arrival to its answer leaving; the nominal latency is %v, which a busy machine's timer overshoots), and, beside it, the nominal latency. The floor answers from memory at once. %d bursts of each, interleaved, with the callers in coordbench's process and (the second table) in a child process, as an MCP server's are: callers in the servers' own process share their scheduler and network poller, so a caller's connection is read only once the servers' work in flight has drained, and a server's Redis reply is seen only once the callers' work has.\n\n", cfg.lagCallers, cfg.latency, cfg.coldRounds)
+	firstAnswers := func(title string, coordd func(coldCell) []burstResult, floor func(coldCell) []burstResult) {
+		w("%s\n\n", title)
+		w("| body | K | callers | coordd − upstream held | coordd − %v | %s | difference, p50 | coordd: release → upstream request | coordd: answer leaving → first last byte |\n", cfg.latency, nameFloor)
+		w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, c := range cells {
+			co, cn, fl := firsts(coordd(c), true, 0), firsts(coordd(c), false, cfg.latency), firsts(floor(c), false, 0)
+			var pre, post []time.Duration
+			for _, r := range coordd(c) {
+				if r.errors == 0 && r.pre > 0 {
+					pre, post = append(pre, r.pre), append(post, r.post)
+				}
 			}
+			c50, _, _ := percentiles(co)
+			f50, _, _ := percentiles(fl)
+			w("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", sizeName(c.size), c.k, c.callers, triple(co), triple(cn), triple(fl), msNum(c50-f50), triple(pre), triple(post))
 		}
-		c50, _, _ := percentiles(co)
-		f50, _, _ := percentiles(fl)
-		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", sizeName(c.size), c.k, c.callers, triple(co), triple(cn), triple(fl), msNum(c50-f50), triple(pre), triple(post))
+		w("\n")
 	}
+	firstAnswers("Callers in coordbench's process:", func(c coldCell) []burstResult { return c.coordd }, func(c coldCell) []burstResult { return c.floor })
+	firstAnswers("Callers in a child process (`coordbench --callers`):", func(c coldCell) []burstResult { return c.coorddOut }, func(c coldCell) []burstResult { return c.floorOut })
 	return b.String()
 }

@@ -27,7 +27,9 @@
 //
 // --cold runs only the cold path's figures (cold.go): the round trips each
 // instance makes to Redis per step for one cold key, and the leader's
-// first answer against the floor's; the full run includes them.
+// first answer against the floor's, with the callers in this process and
+// in a child process (coordbench --callers ADDR..., callers.go); the full
+// run includes them.
 // --warm runs only the warm-hit throughput table (measure.go): coordd,
 // the floor and the polling baseline on one instance each, in slices
 // taken in turn; with --quick in seconds, to iterate on the hot path
@@ -65,6 +67,16 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == callersFlag {
+		// A child running cold bursts' callers (callers.go).
+		err := callersMain(os.Args[2:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "coordbench --callers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	h := &host{}
 	err := run(ctx, h, os.Args[1:], os.Stdout)
 	stop()
