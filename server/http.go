@@ -25,6 +25,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/document"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/requestid"
 	"github.com/coordd/coordd/internal/secret"
 )
 
@@ -140,7 +141,7 @@ func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w := &statusWriter{ResponseWriter: rw}
 	id := r.Header.Get(HTTPRequestIDHeader)
 	if !validRequestID(id) {
-		id = newRequestID()
+		id = requestid.New()
 	}
 	ctx := logctx.New(r.Context(), "request_id", id)
 	w.Header().Set(HTTPRequestIDHeader, id)

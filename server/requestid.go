@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"math/rand/v2"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -10,6 +9,7 @@ import (
 	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2"
 
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/requestid"
 )
 
 // RequestIDHeader is the metadata key of a call's request id. A caller may
@@ -27,27 +27,7 @@ func requestID(ctx context.Context) string {
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
 		return v[0]
 	}
-	return newRequestID()
-}
-
-// idAlphabet is crypto/rand.Text's: request ids look as they always did.
-const idAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-
-// newRequestID returns 26 random characters of idAlphabet (130 bits), as
-// crypto/rand.Text does, from math/rand/v2's generator (ChaCha8, seeded
-// by the runtime from the system's randomness, with no system call per
-// id): a request id must be unique, not secret.
-func newRequestID() string {
-	var b [26]byte
-	var r uint64
-	for i := range b {
-		if i%12 == 0 {
-			r = rand.Uint64() // 12 characters of 5 bits each
-		}
-		b[i] = idAlphabet[r&31]
-		r >>= 5
-	}
-	return string(b[:])
+	return requestid.New()
 }
 
 func validRequestID(s string) bool {

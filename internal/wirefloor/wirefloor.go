@@ -6,7 +6,6 @@ package wirefloor
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/requestid"
 	"github.com/coordd/coordd/server"
 )
 
@@ -73,7 +73,7 @@ func CaptureHit(ctx context.Context, stub coorddv1.CoordinatorServiceClient, u s
 // SendHit sends hit (CaptureHit's) on stream, after a request id header,
 // as coordd does.
 func SendHit(stream grpc.ServerStream, hit [][]byte) error {
-	if err := stream.SetHeader(metadata.Pairs(server.RequestIDHeader, rand.Text())); err != nil {
+	if err := stream.SetHeader(metadata.Pairs(server.RequestIDHeader, requestid.New())); err != nil {
 		return err
 	}
 	for _, f := range hit {
