@@ -162,6 +162,12 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
 
+// The flow-control windows Dial sets: per stream, and per connection.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 8 << 20
+)
+
 // Dial returns a Client for the coordd instances target names. A target
 // without a scheme, such as "coordd.internal:50051" or "127.0.0.1:50051",
 // is resolved through DNS ("dns:///coordd.internal:50051"), and every
@@ -184,6 +190,16 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	dialOpts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
+		// Flow-control windows fixed rather than estimated. grpc-go grows
+		// a connection's window from its bandwidth-delay estimate only on
+		// a sample that sets a new bandwidth peak, so a connection that
+		// once measured a spurious peak keeps the 64 KiB default, and
+		// every larger document waits halfway for a window update: warm
+		// 100 KiB hits ran at 43–81% of their speed on such a connection
+		// (docs/performance.md). Get reads whole documents; the
+		// connection's window bounds what all its streams buffer.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time:                30 * time.Second, // ping a quiet connection after this (coordd allows every 10s)
 			Timeout:             10 * time.Second, // and drop it if no ack by then
