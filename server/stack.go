@@ -8,8 +8,8 @@ package server
 // growing copies the stack and adjusts every frame on it. Grown here,
 // where few frames are on it, the copy is cheap: a warm hit's stack
 // copying halves, and the stack's size is unchanged (docs/performance.md,
-// BenchmarkWarmHitFloor). The array's size is that 8 KiB less what the
-// stack holds here; had it been larger, every stream would hold 16 KiB.
+// BenchmarkWarmHitFloor). With what the stack holds here, a 4 KiB frame
+// needs the 8 KiB stack; a 6 KiB one would make every stream hold 16 KiB.
 //
 //go:noinline
 func growStack(i int) byte {
