@@ -98,25 +98,9 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 			close(allJoined)
 		}
 	}
-	results := make([]callResult, s.callers)
-	var wg, ready sync.WaitGroup
-	start := make(chan struct{})
-	for i := range s.callers {
-		if s.remote != nil {
-			break
-		}
-		wg.Add(1)
-		ready.Add(1)
-		go func() {
-			defer wg.Done()
-			ready.Done()
-			if s.atOnce {
-				<-start
-			}
-			results[i] = call(ctx, s.stubs[i%len(s.stubs)], u, s.size, join)
-		}()
-	}
+	var results []callResult
 	var released time.Time
+	callOne := func(i int) callResult { return call(ctx, s.stubs[i%len(s.stubs)], u, s.size, join) }
 	switch {
 	case s.remote != nil:
 		var err error
@@ -125,10 +109,13 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 			return burstResult{}, err
 		}
 	case s.atOnce:
-		ready.Wait()
-		released = time.Now()
-		close(start)
+		released, results = callAtOnce(s.callers, callOne)
 	default:
+		results = make([]callResult, s.callers)
+		var wg sync.WaitGroup
+		for i := range s.callers {
+			wg.Go(func() { results[i] = callOne(i) })
+		}
 		t := time.NewTimer(joinTimeout)
 		select {
 		case <-allJoined:
@@ -140,8 +127,8 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 			s.atJoined()
 		}
 		close(g.release)
+		wg.Wait()
 	}
-	wg.Wait()
 
 	r := burstResult{callers: s.callers, k: len(s.stubs), upstream: g.requests.Load()}
 	if s.coorddK > 0 {
@@ -185,6 +172,27 @@ func (e *env) burst(ctx context.Context, s burstSpec) (burstResult, error) {
 		r.wake = append(r.wake, f.Sub(first[0]))
 	}
 	return r, ctx.Err()
+}
+
+// callAtOnce starts n callers, releases them together once every one is
+// ready, and returns the release and their results (callOne's for each).
+func callAtOnce(n int, callOne func(i int) callResult) (time.Time, []callResult) {
+	results := make([]callResult, n)
+	var wg, ready sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		ready.Add(1)
+		wg.Go(func() {
+			ready.Done()
+			<-start
+			results[i] = callOne(i)
+		})
+	}
+	ready.Wait()
+	released := time.Now()
+	close(start)
+	wg.Wait()
+	return released, results
 }
 
 // call makes one GetOrFetch and records when its metadata and its last

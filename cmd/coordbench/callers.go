@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -163,23 +162,10 @@ func callersMain(addrs []string) error {
 func runRemoteBurst(ctx context.Context, stubs []coorddv1.CoordinatorServiceClient, b remoteBurst) remoteResult {
 	ctx, cancel := context.WithTimeout(ctx, 2*joinTimeout)
 	defer cancel()
-	results := make([]callResult, b.Callers)
-	var wg, ready sync.WaitGroup
-	start := make(chan struct{})
-	for i := range b.Callers {
-		wg.Add(1)
-		ready.Add(1)
-		go func() {
-			defer wg.Done()
-			ready.Done()
-			<-start
-			results[i] = call(ctx, stubs[i%len(stubs)], b.URL, b.Size, func() {})
-		}()
-	}
-	ready.Wait()
-	r := remoteResult{Released: time.Now().UnixNano()}
-	close(start)
-	wg.Wait()
+	released, results := callAtOnce(b.Callers, func(i int) callResult {
+		return call(ctx, stubs[i%len(stubs)], b.URL, b.Size, func() {})
+	})
+	r := remoteResult{Released: released.UnixNano()}
 	for _, c := range results {
 		rc := remoteCall{}
 		if c.err != nil {
