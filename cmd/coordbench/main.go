@@ -109,7 +109,8 @@ type config struct {
 	lagRounds     int           // rounds per follower-lag cell
 	coldRounds    int           // at-once bursts per cold-path cell, of coordd and of the floor each
 	tputCallers   []int         // concurrent callers of the warm-hit curve
-	tputDuration  time.Duration // per point of the warm-hit curve
+	tputDuration  time.Duration // per point of the warm-hit curve, at least
+	tputPerCaller time.Duration // per point and caller: more callers, longer points
 	docs          int           // documents put in L1 for the memory figure
 	streams       int           // concurrent streams on one instance
 	streamConns   int           // client connections carrying them
@@ -159,23 +160,24 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	c := config{
 		cpuProf: *cpuProf, blockProf: *blockProf,
 		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, warm: *warm, report: *report, latency: *latency, small: *small, large: *large,
-		maxK:         5,
-		gridCallers:  []int{10, 100, 1000},
-		gridRounds:   5,
-		pollRounds:   2,
-		lagCallers:   100,
-		lagRounds:    10,
-		coldRounds:   20,
-		tputCallers:  []int{1, 10, 100, 1000},
-		tputDuration: 2 * time.Second,
-		docs:         1_000_000,
-		streams:      10_000,
-		streamConns:  8,
-		commandLine:  "go run ./cmd/coordbench " + strings.Join(args, " "),
+		maxK:          5,
+		gridCallers:   []int{10, 100, 1000},
+		gridRounds:    5,
+		pollRounds:    2,
+		lagCallers:    100,
+		lagRounds:     10,
+		coldRounds:    20,
+		tputCallers:   []int{1, 10, 100, 1000},
+		tputDuration:  2 * time.Second,
+		tputPerCaller: 4 * time.Millisecond,
+		docs:          1_000_000,
+		streams:       10_000,
+		streamConns:   8,
+		commandLine:   "go run ./cmd/coordbench " + strings.Join(args, " "),
 	}
 	if c.quick {
 		c.gridRounds, c.pollRounds, c.lagRounds, c.coldRounds = 2, 1, 3, 8
-		c.tputDuration = 300 * time.Millisecond
+		c.tputDuration, c.tputPerCaller = 300*time.Millisecond, 0
 		c.docs, c.streams = 100_000, 1_000
 		c.quickNote = "--quick: 100,000 documents in L1 instead of 1,000,000; 1,000 concurrent streams instead of 10,000; fewer rounds"
 	}
@@ -349,6 +351,15 @@ func (h *host) close() {
 		h.mu.Unlock()
 		f()
 	}
+}
+
+// tputTime is each target's time at a point of the warm-hit curve with n
+// callers. With 1,000 callers in 0.2 s slices each caller made one or two
+// calls a slice, so the callers' start and the last calls' tail weighed as
+// much as the hits, and the 100 KiB ratio read 85–109% from run to run; in
+// 0.4 s slices it read 98–104%.
+func (c config) tputTime(n int) time.Duration {
+	return max(c.tputDuration, time.Duration(n)*c.tputPerCaller)
 }
 
 // tputSlices is how many slices each target's time at a point of the

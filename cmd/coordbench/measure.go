@@ -230,7 +230,7 @@ func (e *env) throughputCurve(ctx context.Context) ([]tputPoint, error) {
 			// In slices taken in turn, so that the three share the
 			// machine's moods (it is shared).
 			slices := e.cfg.tputSlices()
-			d := e.cfg.tputDuration / time.Duration(slices)
+			d := e.cfg.tputTime(n) / time.Duration(slices)
 			targets := []struct {
 				name string
 				into *tput

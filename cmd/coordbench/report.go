@@ -396,6 +396,10 @@ func renderWarm(tp []tputPoint, cfg config) string {
 			p.coordd.perSec(), p.floor.perSec(), percent(sliceRatio(p.coordd, p.floor), 1), p.poll.perSec(), ratio(p.coordd.perSec(), p.poll.perSec()),
 			p.coordd.errors+p.floor.errors+p.poll.errors)
 	}
-	w("\nEach point: %v per target, in %d slices taken in turn, each slice starting with the next target after a forced GC; coordd ÷ floor is the median over the slices of the ratio within each slice.\n", cfg.tputDuration, cfg.tputSlices())
+	per := ""
+	if cfg.tputPerCaller > 0 {
+		per = fmt.Sprintf(" (%v per caller where that is longer)", cfg.tputPerCaller)
+	}
+	w("\nEach point: %v per target%s, in %d slices taken in turn, each slice starting with the next target after a forced GC; coordd ÷ floor is the median over the slices of the ratio within each slice.\n", cfg.tputDuration, per, cfg.tputSlices())
 	return b.String()
 }
