@@ -357,7 +357,7 @@ func (h *host) close() {
 // callers. With 1,000 callers in 0.2 s slices each caller made one or two
 // calls a slice, so the callers' start and the last calls' tail weighed as
 // much as the hits, and the 100 KiB ratio read 85–109% from run to run; in
-// 0.4 s slices it read 98–104%.
+// 0.4 s slices it read 97–104%.
 func (c config) tputTime(n int) time.Duration {
 	return max(c.tputDuration, time.Duration(n)*c.tputPerCaller)
 }
