@@ -196,6 +196,61 @@ func TestRetryAfterShared(t *testing.T) {
 	}
 }
 
+// TestRateLimited403Retried: a 403 that says it is a rate limit
+// (GitHub's secondary limit: a Retry-After) is waited out and retried for
+// its caller, as a 429 is, on every one of three instances asking the key
+// at once; it counts nothing against a breaker that opens on one failure,
+// so another key is fetched at once after the wait. A plain 403 is an
+// answer: one request, not retried.
+func TestRateLimited403Retried(t *testing.T) {
+	u := fakeupstream.New(t)
+	rs := redistest.Start(t)
+	limited := fakeupstream.Status(http.StatusForbidden).WithHeader("Retry-After", "1")
+	u.SetSequence("/secondary", []fakeupstream.Behavior{limited, {}})
+	u.Set("/plain", fakeupstream.Status(http.StatusForbidden))
+	cfg := coordtest.Protected(u, coordinator.Protection{
+		MaxWait: 20 * time.Second,
+		Retry:   coordinator.RetryPolicy{MaxAttempts: 4},
+		Breaker: coordinator.BreakerPolicy{FailureThreshold: 1},
+	}, nil)
+	var cs []*coordinator.Coordinator
+	for range 3 {
+		cs = append(cs, coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*8)
+	for _, c := range cs {
+		for range 8 {
+			wg.Go(func() {
+				res, err := coordtest.Get(ctx, c, u.URL()+"/secondary", "", coordinator.GetOptions{})
+				if err == nil && (res.Doc.StatusCode != http.StatusOK || !bytes.Equal(res.Doc.Body, u.Body("/secondary"))) {
+					err = fmt.Errorf("status %d, %d bytes", res.Doc.StatusCode, len(res.Doc.Body))
+				}
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("caller after a rate-limited 403: %v; want the document once the Retry-After has passed", err)
+		}
+	}
+	if ts := u.Times("/secondary"); len(ts) != 2 || ts[1].Sub(ts[0]) < time.Second {
+		t.Errorf("upstream requests %v; want 2, the retry at least 1s after the 403", ts)
+	}
+	if _, err := coordtest.Get(ctx, cs[1], u.URL()+"/other", "", coordinator.GetOptions{}); err != nil {
+		t.Errorf("another key after the rate-limited 403: %v; want it fetched (the breaker closed)", err)
+	}
+	res, err := coordtest.Get(ctx, cs[2], u.URL()+"/plain", "", coordinator.GetOptions{})
+	if err != nil || res.Doc.StatusCode != http.StatusForbidden || u.Count("/plain") != 1 {
+		t.Errorf("a plain 403: %v, %v, %d requests; want the 403 as the answer, one request", res, err, u.Count("/plain"))
+	}
+}
+
 // TestRetryBudgetHolds: with half the attempts failing, retries stay within
 // budget_ratio of the requests.
 func TestRetryBudgetHolds(t *testing.T) {

@@ -254,10 +254,12 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		p.record(ctx, a, o, backoff, note)
 		slot.release(ctx)
-		if o != outcomeFailure || attempt >= rp.MaxAttempts || ctx.Err() != nil {
+		if !retryable(o, resp, p.now()) || attempt >= rp.MaxAttempts || ctx.Err() != nil {
 			return resp, err
 		}
-		delay := max(backoffDelay(rp, attempt), backoff)
+		// The caller waits its own wait (a credential's spent quota holds
+		// back only its fetches: Backoff, not sharedBackoff).
+		delay := max(backoffDelay(rp, attempt), p.Backoff(resp))
 		if delay > p.bound(ctx, fr) {
 			p.log.Debug("not retrying: the backoff ends past the wait bound", "url", fr.URL, "delay", delay)
 			return resp, err

@@ -26,6 +26,13 @@ const (
 	outcomeNone                   // nothing learnt: the attempt did not run, or was cut short by us
 )
 
+// retryable reports whether the caller's fetch is tried again after an
+// attempt judged o that answered resp: a failure, or a rate-limited 403
+// (a quota spent, waited out as a 429 is, but counted against no breaker).
+func retryable(o outcome, resp *Response, now time.Time) bool {
+	return o == outcomeFailure || o == outcomeNone && resp != nil && resp.StatusCode == http.StatusForbidden && RateLimited(resp, now)
+}
+
 // classify judges an attempt: failures are connection errors, timeouts,
 // 429 and 5xx other than 501. why names the failure for progress events.
 // An attempt cut short by the end of ctx says nothing of the upstream.
