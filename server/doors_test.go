@@ -365,3 +365,79 @@ func TestGRPCUnauthenticatedStreamRefusedAtOnce(t *testing.T) {
 		t.Errorf("stream without a token, no request sent: %v; want Unauthenticated", err)
 	}
 }
+
+// An answer given before the request's body is read closes the
+// connection at once (issue 35): 60 connections that announce a body of
+// 100 bytes, send half of it and stall are each answered and closed within
+// seconds, not held while the server waits for the rest, with tenants (a
+// 401 for want of a token) and without (a 404, a 405, a GET's 400, an
+// invalidation whose body the body deadline cuts off).
+func TestRefusedBodyClosesConnection(t *testing.T) {
+	const conns = 60
+	half := "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n" + strings.Repeat(" ", 50)
+	tenants, _ := startDoor(t, server.Config{})
+	open := coorddtest.Start(t, coorddtest.Options{
+		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "a", BaseURL: fakeupstream.New(t).URL()}},
+			Logger: slog.New(slog.DiscardHandler)},
+		Server: server.Config{HTTPBodyTimeout: time.Second},
+		HTTP:   true,
+	})
+	for _, tc := range []struct {
+		name string
+		in   *coorddtest.Instance
+		req  string
+		want int
+	}{
+		{"no token", tenants, "POST " + server.HTTPInvalidatePath + " HTTP/1.1\r\nHost: coordd\r\n" + half, http.StatusUnauthorized},
+		{"no such path", open, "POST /nowhere HTTP/1.1\r\nHost: coordd\r\n" + half, http.StatusNotFound},
+		{"wrong method", open, "PUT " + server.HTTPInvalidatePath + " HTTP/1.1\r\nHost: coordd\r\n" + half, http.StatusMethodNotAllowed},
+		{"bad GET", open, "GET " + server.HTTPDocumentsPath + "?nourl=1 HTTP/1.1\r\nHost: coordd\r\n" + half, http.StatusBadRequest},
+		{"stalled invalidation", open, "POST " + server.HTTPInvalidatePath + " HTTP/1.1\r\nHost: coordd\r\n" + half, http.StatusRequestTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			cs := make([]*rawConn, conns)
+			for i := range cs {
+				cs[i] = dialDoor(t, tc.in)
+				cs[i].send(t, tc.req)
+			}
+			for i, c := range cs {
+				resp, err := c.response(ctx)
+				if err != nil {
+					t.Fatalf("connection %d: %v; want a %d", i, err, tc.want)
+				}
+				if resp.StatusCode != tc.want {
+					t.Fatalf("connection %d: %s; want %d", i, resp.Status, tc.want)
+				}
+			}
+			for i, c := range cs {
+				if err := c.closed(ctx); err != nil {
+					t.Fatalf("connection %d after its %d: %v", i, tc.want, err)
+				}
+			}
+		})
+	}
+}
+
+// A body announced over the bound (8 KiB) is refused with 413 at once,
+// before anything of it is read, and its connection closed (issue 35): not
+// 408 once the body deadline has passed.
+func TestAnnouncedBodyOverTheBound(t *testing.T) {
+	in, _ := startDoor(t, server.Config{HTTPBodyTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := dialDoor(t, in)
+	c.send(t, "POST "+server.HTTPInvalidatePath+" HTTP/1.1\r\nHost: coordd\r\nAuthorization: Bearer "+tokenB+
+		"\r\nContent-Type: application/json\r\nContent-Length: 10737418240\r\n\r\n{")
+	resp, err := c.response(ctx)
+	if err != nil {
+		t.Fatalf("announced 10 GiB: %v; want a 413", err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("announced 10 GiB: %s; want 413", resp.Status)
+	}
+	if err := c.closed(ctx); err != nil {
+		t.Errorf("after the 413: %v", err)
+	}
+}

@@ -145,6 +145,19 @@ func (h *httpDoor) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	ctx := logctx.New(r.Context(), "request_id", id)
 	w.Header().Set(HTTPRequestIDHeader, id)
+	// An answer given before the body is read closes the connection, and
+	// net/http's drain of the unread rest (which has no deadline) ends at
+	// once: a caller that announces a body and stalls holds no socket past
+	// its answer. readBody, having read the body, keeps the connection.
+	unread := r.Body
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		defer func() {
+			if r.Body == unread {
+				_ = responseController(ctx, w).SetReadDeadline(time.Now())
+			}
+		}()
+	}
 	var method string
 	var err error
 	switch {
@@ -209,9 +222,14 @@ func (h *httpDoor) serve(ctx context.Context, method string, w http.ResponseWrit
 }
 
 // readBody reads r's body, at most maxInvalidateBody bytes, within
-// Config.HTTPBodyTimeout, and puts it back as a buffer. A body that does
-// not arrive in time is 408 and closes the connection.
+// Config.HTTPBodyTimeout, and puts it back as a buffer. A body announced
+// over the bound is 413 before any of it is read; one that does not arrive
+// in time is 408. Either closes the connection (ServeHTTP).
 func (h *httpDoor) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+	if r.ContentLength > maxInvalidateBody {
+		// Announced over the bound: refused before a byte of it is read.
+		return httpError(http.StatusRequestEntityTooLarge, codes.InvalidArgument, "the body is over %d bytes", maxInvalidateBody)
+	}
 	rc := responseController(ctx, w)
 	deadline := rc.SetReadDeadline(time.Now().Add(h.cfg.HTTPBodyTimeout)) == nil
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxInvalidateBody))
@@ -223,16 +241,14 @@ func (h *httpDoor) readBody(ctx context.Context, w http.ResponseWriter, r *http.
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		w.Header().Set("Connection", "close")
 		return httpError(http.StatusRequestEntityTooLarge, codes.InvalidArgument, "the body is over %d bytes", maxInvalidateBody)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
 		return httpError(http.StatusRequestTimeout, codes.DeadlineExceeded, "the body did not arrive within %v", h.cfg.HTTPBodyTimeout)
 	case err != nil:
-		w.Header().Set("Connection", "close")
 		return httpError(http.StatusBadRequest, codes.InvalidArgument, "the body could not be read: %v", err)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(b))
+	w.Header().Del("Connection") // read whole: the connection may serve the next request
 	return nil
 }
 
