@@ -73,7 +73,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist dist-python
+.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist dist-python dist-python-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -143,16 +143,7 @@ deps:
 		fi; \
 	fi
 	@/usr/bin/python3 -c 'import grpc, google.protobuf, httpx; print("python3 grpcio", grpc.__version__, "protobuf", google.protobuf.__version__, "httpx", httpx.__version__)'
-	@# The wheel and sdist of make dist (dist-python) are built offline with
-	@# Debian's setuptools, wheel and build; the install tests need venv and pip.
-	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip, wheel, build' 2>/dev/null || { \
-		echo "python3-venv, python3-setuptools, python3-pip, python3-wheel or python3-build not found; installing them with apt-get (make dist's wheel and the Python client's install tests need them)"; \
-		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
-		(command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
-			$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip python3-wheel python3-build >/dev/null) || { \
-			echo "error: make dist's Python wheel and the Python client's install tests need /usr/bin/python3 with venv, pip, setuptools, wheel and build" >&2; \
-			echo "(Debian: apt-get install python3-venv python3-pip python3-setuptools python3-wheel python3-build); they could not be installed." >&2; exit 1; }; }
-	@/usr/bin/python3 -c 'import setuptools, wheel, build; print("python3 setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", build.__version__)'
+	@$(MAKE) --no-print-directory dist-python-deps
 	@protoc --version
 	@# promtool checks and unit-tests deploy/prometheus/alerts.yml (deploy's TestAlertRules).
 	@if ! command -v promtool >/dev/null 2>&1; then \
@@ -283,11 +274,27 @@ dist:
 	@cd "$(DIST_DIR)" && if command -v sha256sum >/dev/null 2>&1; then sha256sum *.tar.gz *.whl; else shasum -a 256 *.tar.gz *.whl; fi > SHA256SUMS
 	@cat "$(DIST_DIR)/SHA256SUMS"
 
+# dist-python-deps installs what dist-python and the Python client's install
+# tests need, with apt-get, when /usr/bin/python3 lacks it: make deps and
+# make dist both run it, so make dist works on a fresh machine as make test
+# does. A DIST_PYTHON of your own is yours to equip.
+dist-python-deps:
+	@# The wheel and sdist of make dist (dist-python) are built offline with
+	@# Debian's setuptools, wheel and build; the install tests need venv and pip.
+	@/usr/bin/python3 -m venv --help >/dev/null 2>&1 && /usr/bin/python3 -c 'import setuptools, pip, wheel, build' 2>/dev/null || { \
+		echo "python3-venv, python3-setuptools, python3-pip, python3-wheel or python3-build not found; installing them with apt-get (make dist's wheel and the Python client's install tests need them)"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		(command -v apt-get >/dev/null 2>&1 && $$SUDO apt-get update -qq && \
+			$$SUDO apt-get install -y -qq python3-venv python3-setuptools python3-pip python3-wheel python3-build >/dev/null) || { \
+			echo "error: make dist's Python wheel and the Python client's install tests need /usr/bin/python3 with venv, pip, setuptools, wheel and build" >&2; \
+			echo "(Debian: apt-get install python3-venv python3-pip python3-setuptools python3-wheel python3-build); they could not be installed." >&2; exit 1; }; }
+	@/usr/bin/python3 -c 'import setuptools, wheel, build; print("python3 setuptools", setuptools.__version__, "wheel", wheel.__version__, "build", build.__version__)'
+
 # dist-python builds the Python client's wheel (pure Python:
 # coordd-V-py3-none-any.whl, V from clients/python/pyproject.toml) and
 # sdist (coordd-V.tar.gz) into $(DIST_DIR); make dist runs it. It uses
 # DIST_PYTHON's setuptools, wheel and build (Debian: python3-setuptools,
-# python3-wheel, python3-build; make deps installs them) without network
+# python3-wheel, python3-build; dist-python-deps installs them) without network
 # (build --no-isolation), on a copy of clients/python, so that no build/ or
 # *.egg-info lands in the tree. Both are reproducible: wheel dates its
 # entries SOURCE_DATE_EPOCH, and on GNU tar the sdist is repacked as the
@@ -296,6 +303,7 @@ dist:
 # not build one (`invalid command 'bdist_wheel'`).
 DIST_PYTHON ?= /usr/bin/python3
 dist-python:
+	@if [ "$(DIST_PYTHON)" = /usr/bin/python3 ]; then $(MAKE) --no-print-directory dist-python-deps; fi
 	@$(DIST_PYTHON) -c 'import build, setuptools, wheel' 2>/dev/null || { \
 		echo "error: $(DIST_PYTHON) cannot import build, setuptools and wheel, which build the Python client's wheel offline." >&2; \
 		echo "Install them (Debian: apt-get install python3-build python3-setuptools python3-wheel; or run 'make deps'), or set DIST_PYTHON to a Python that has them." >&2; \

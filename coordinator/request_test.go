@@ -131,9 +131,9 @@ func TestResolveRequestScopes(t *testing.T) {
 		t.Errorf("a bad non-forwarded header: %v; want it dropped", err)
 	}
 	// Invalidate names the same scope as the Get.
-	ts, err := c.ResolveInvalidation(Scope{}, Request{URL: u, Credential: secret.New(callerX)})
+	ts, err := c.ResolveInvalidationIn(Scope{}, Request{URL: u, Credential: secret.New(callerX)})
 	if err != nil || len(ts) != 1 || ts[0].id != distinct["caller credential x"].id {
-		t.Errorf("ResolveInvalidation with caller credential x = %v, %v; want id %q", ts, err, distinct["caller credential x"].id)
+		t.Errorf("ResolveInvalidationIn with caller credential x = %v, %v; want id %q", ts, err, distinct["caller credential x"].id)
 	}
 }
 

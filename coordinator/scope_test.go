@@ -100,7 +100,7 @@ func TestResolveInvalidationIn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts, err := c.ResolveInvalidationIn(tt.scope, tt.url, tt.key)
+			ts, err := c.ResolveInvalidationIn(tt.scope, Request{URL: tt.url, Key: tt.key})
 			if tt.want != nil {
 				if !errors.Is(err, tt.want) {
 					t.Fatalf("error = %v; want %v", err, tt.want)

@@ -133,15 +133,9 @@ func (t Target) docTenant() string {
 // is an absolute url is resolved as that url, so that it is held to the
 // upstreams' allow-list and to s; any other key alone names that custom key
 // in every upstream s grants, each its own namespace (ErrForbidden if s
-// grants none).
-func (c *Coordinator) ResolveInvalidationIn(s Scope, rawURL, key string) ([]Target, error) {
-	return c.ResolveInvalidation(s, Request{URL: rawURL, Key: key})
-}
-
-// ResolveInvalidation is ResolveInvalidationIn for a Request: its headers
-// and credential name the variant and credential scope removed, as
-// ResolveRequest finds them for a Get.
-func (c *Coordinator) ResolveInvalidation(s Scope, r Request) ([]Target, error) {
+// grants none). r's headers and credential name the variant and credential
+// scope removed, as ResolveRequest finds them for a Get.
+func (c *Coordinator) ResolveInvalidationIn(s Scope, r Request) ([]Target, error) {
 	rawURL, key := r.URL, r.Key
 	switch {
 	case rawURL != "":

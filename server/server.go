@@ -301,7 +301,7 @@ func (s *Server) invalidate(ctx context.Context, p *principal, r coordinator.Req
 	if !p.admin {
 		return nil, status.Errorf(codes.PermissionDenied, "tenant %q may not invalidate: it has no admin right", p.scope.Tenant)
 	}
-	ts, err := s.c.ResolveInvalidation(p.scope, r)
+	ts, err := s.c.ResolveInvalidationIn(p.scope, r)
 	if err != nil {
 		return nil, toStatus(err)
 	}
