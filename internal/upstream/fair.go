@@ -614,9 +614,20 @@ func (s *fairScheduler) book(q *fairQueue) {
 				q.full = now.Add(a.wait)
 			}
 			// The booked slots serve the first waiters in fair order;
-			// the rest are refused.
+			// the rest are refused, as the guard would have refused each,
+			// unless the answer was not for them: an over-limit answer
+			// refused the bound asked with, the latest of the waiters
+			// queued then, and a waiter that joined since (or whose
+			// callers' deadlines moved) and may wait past the slot
+			// refused stays, for the next booking, which asks with its
+			// bound. Else a tenant's waiters that give up soon would have
+			// the guard refuse another tenant's that may wait long.
 			order := q.orderLocked()
+			late := now.Add(a.wait)
 			for _, w := range order[min(len(q.slots), len(order)):] {
+				if a.verdict == verdictOverLimit && w.deadline.After(late) {
+					continue
+				}
 				q.removeLocked(w)
 				w.ready <- a
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -529,5 +530,176 @@ func TestFairBurstBooksFewAhead(t *testing.T) {
 	wg.Wait()
 	if iv := slotInterval(rate); waited > 5*iv {
 		t.Errorf("another scope's fetch waited %v behind a burst of %d (%v a slot); want at most a few slots (%v)", waited, burst, iv, 5*iv)
+	}
+}
+
+// hookShared is a Shared store whose Admit runs a hook, set once, before it
+// asks: a test holds one ask in flight while it acts.
+type hookShared struct {
+	Shared
+	hook atomic.Pointer[func()]
+}
+
+func (h *hookShared) Admit(ctx context.Context, upstream string, a SharedAdmit) (SharedAdmission, error) {
+	if f := h.hook.Swap(nil); f != nil {
+		(*f)()
+	}
+	return h.Shared.Admit(ctx, upstream, a)
+}
+
+// TestFairRefusalSparesLaterWaiters: the guard refuses a queue's booking
+// ask for the bound of the waiters queued when it was asked; a waiter that
+// joined while the ask was in flight, whose own bound reaches past the
+// refused slot, is not refused by that answer but served by the next
+// booking. Tenant A's two waiters may wait 2 s, another instance books
+// the guard's slots 3 s ahead while the queue's booker asks, and tenant
+// B, which may wait 10 s, joins then. (B was refused: "next slot in 3s,
+// past the 10s this fetch may wait".)
+func TestFairRefusalSparesLaterWaiters(t *testing.T) {
+	st := testStore(t)
+	const rate, maxWait = 100, 10 * time.Second // a slot every 10 ms
+	hs := &hookShared{Shared: st}
+	c := fairClient(t, "spare", rate, maxWait, hs, &slotLog{})
+	other := fairClient(t, "spare", rate, maxWait, st, &slotLog{}) // another instance
+	t.Cleanup(c.fair.waitIdle)
+	bookAhead := func(n int) {
+		for range n {
+			if a := other.ask(context.Background(), maxWait, quotaAsk{}); a.verdict != verdictAdmitted {
+				t.Errorf("another instance's booking: %+v; want it admitted", a)
+				return
+			}
+		}
+	}
+	// fetch starts fr and returns its result, and a channel closed once it
+	// has queued (reported its wait for a slot).
+	fetch := func(fr FetchRequest) (<-chan error, <-chan struct{}) {
+		done, queued := make(chan error, 1), make(chan struct{})
+		var once sync.Once
+		go func() {
+			_, err := c.Fetch(context.Background(), fr, func(e Event) {
+				if e.Stage == StageRateLimited {
+					once.Do(func() { close(queued) })
+				}
+			})
+			done <- err
+		}()
+		return done, queued
+	}
+	short := func(i int) FetchRequest {
+		fr := fetchReq("a", 1, i, nil)
+		dl := time.Now().Add(2 * time.Second)
+		fr.Deadline = func() (time.Time, bool) { return dl, true }
+		return fr
+	}
+
+	bookAhead(50) // the guard's next slot is 0.5 s ahead: A's first attempt queues
+	a0, queued := fetch(short(0))
+	<-queued
+	var b <-chan error
+	f := func() {
+		bookAhead(300) // past A's bounds: the guard refuses this ask
+		var bQueued <-chan struct{}
+		b, bQueued = fetch(fetchReq("b", 1, 0, nil))
+		<-bQueued
+	}
+	hs.hook.Store(&f)
+	a1, _ := fetch(short(1)) // its queue books a slot for it: the hooked ask
+	if err := <-a1; !errors.Is(err, ErrRateLimited) {
+		t.Errorf("A's second fetch, whose bound ends before the guard's next slot: %v; want ErrRateLimited", err)
+	}
+	if err := <-a0; err != nil {
+		t.Errorf("A's first fetch, holding a slot: %v", err)
+	}
+	if b == nil {
+		t.Fatal("the queue's booking ask was not made")
+	}
+	if err := <-b; err != nil {
+		t.Errorf("B, which joined during the refused ask and may wait 10 s: %v; want it served", err)
+	}
+}
+
+// churnUpstream answers each attempt after up to 3 ms, as an API does.
+type churnUpstream struct{ sent atomic.Int64 }
+
+func (u *churnUpstream) Fetch(ctx context.Context, _ FetchRequest, _ func(Event)) (*Response, error) {
+	u.sent.Add(1)
+	select { // the latency of an upstream, not a wait for a signal
+	case <-time.After(time.Duration(rand.Int64N(int64(3 * time.Millisecond)))):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &Response{StatusCode: 200}, nil
+}
+
+// TestFairChurnSparesOtherTenant: two instances share the Redis guard,
+// rate_limit 150, max_in_flight 40, max_wait 10 s. Tenant A keeps 60 cold
+// fetches going on each, every one given up 0–30 ms after it starts;
+// tenant B asks for one cold key every 50 ms on each (about 4,000 of A's
+// a second to one of B's 20). Every one of B's
+// fetches is served: B may wait 10 s, and A's leavers give it no refusal
+// (a refusal the guard gave A's short bounds was handed to B). The bug
+// showed in about one call in a hundred; the churn runs until B has made
+// 200 calls.
+func TestFairChurnSparesOtherTenant(t *testing.T) {
+	st := testStore(t)
+	const instances, churners, calls = 2, 60, 200
+	up := &churnUpstream{}
+	var cs []*Client
+	for range instances {
+		c := fairClient(t, "churn", 150, 10*time.Second, st, nil)
+		c.up.Protection.MaxInFlight = 40
+		c = NewClient(c.up, Options{Shared: st, Logger: quietLogger()})
+		c.next = up
+		t.Cleanup(c.fair.waitIdle)
+		cs = append(cs, c)
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	var given atomic.Int64
+	for n, c := range cs {
+		for g := range churners {
+			churn.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					fr := fetchReq("a", 1, i, nil)
+					fr.URL = fmt.Sprintf("https://up.example/a/%d/%d/%d", n, g, i)
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.Int64N(int64(30*time.Millisecond))))
+					c.Fetch(ctx, fr, func(Event) {}) // A's result is not judged: it gives up
+					<-ctx.Done()                     // a stream held 0–30 ms, whatever it was answered
+					cancel()
+					given.Add(1)
+				}
+			})
+		}
+	}
+	var (
+		b       sync.WaitGroup
+		refused atomic.Int64
+	)
+	for n, c := range cs {
+		b.Go(func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for i := range calls / instances {
+				<-tick.C
+				fr := fetchReq("b", 1, i, nil)
+				fr.URL = fmt.Sprintf("https://up.example/b/%d/%d", n, i)
+				if _, err := c.Fetch(context.Background(), fr, func(Event) {}); err != nil {
+					refused.Add(1)
+					t.Errorf("instance %d: B's call %d: %v; want it served", n, i, err)
+				}
+			}
+		})
+	}
+	b.Wait()
+	close(stop)
+	churn.Wait()
+	t.Logf("A started and gave up %d fetches; %d attempts reached the upstream; B: %d of %d refused", given.Load(), up.sent.Load(), refused.Load(), calls)
+	if given.Load() < calls {
+		t.Errorf("A churned only %d fetches while B made %d calls; want many more", given.Load(), calls)
 	}
 }
