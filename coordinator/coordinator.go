@@ -148,6 +148,7 @@ func New(cfg Config, opt Options) (*Coordinator, error) {
 			Logger:     c.log.With("upstream", up.Name),
 			Metrics:    c.m,
 			Background: &c.wg,
+			Context:    c.ctx,
 			Shared:     c.co.guards(),
 		})
 	}
@@ -161,6 +162,9 @@ func (c *Coordinator) Close() error {
 		return nil
 	}
 	c.cancel()
+	for _, cl := range c.clients {
+		cl.Close()
+	}
 	c.wg.Wait()
 	c.co.wait()
 	if c.ownTransport != nil {

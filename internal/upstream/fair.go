@@ -43,7 +43,7 @@ import (
 const fairAhead = 2
 
 // fairBookers is how many goroutines may book a queue's slots at once
-// while the guard's slots start at once (needBookLocked).
+// while the guard's slots start at once (bookLocked).
 const fairBookers = 4
 
 // fairScale is the virtual time one slot costs a tenant of weight 1: the
@@ -66,10 +66,72 @@ type fairScheduler struct {
 	asking  map[string]int
 	windows map[string]fairWindow // by QuotaScope; see window
 	dropped chan struct{}         // closed and replaced whenever a queue is dropped
+
+	// The scheduler's own goroutines (bookings, and the timers of booked
+	// slots) run under ctx, the owner's (Options.Context), and are
+	// counted by wg, so that close ends them and waits for them: none
+	// outlives the Client or calls Redis after it is closed. closed and
+	// done say close has begun; nothing starts or queues after it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool
+	done   chan struct{}
 }
 
-func newFairScheduler(p *Client) *fairScheduler {
-	return &fairScheduler{p: p, queues: map[string]*fairQueue{}, asking: map[string]int{}, windows: map[string]fairWindow{}, dropped: make(chan struct{})}
+func newFairScheduler(ctx context.Context, p *Client) *fairScheduler {
+	ctx, cancel := context.WithCancel(ctx)
+	return &fairScheduler{p: p, queues: map[string]*fairQueue{}, asking: map[string]int{}, windows: map[string]fairWindow{},
+		dropped: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// goLocked starts f as one of the scheduler's goroutines, unless it is
+// closed; it reports whether it did.
+func (s *fairScheduler) goLocked(f func()) bool {
+	if s.closed {
+		return false
+	}
+	s.wg.Go(f)
+	return true
+}
+
+// afterLocked runs f after d in one of the scheduler's goroutines, or not
+// at all if the scheduler closes first; it reports whether it will. (Not
+// time.AfterFunc, whose pending call nobody could wait for.)
+func (s *fairScheduler) afterLocked(d time.Duration, f func()) bool {
+	return s.goLocked(func() {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			f()
+		case <-s.ctx.Done():
+		}
+	})
+}
+
+// close stops the scheduler: its waiters are refused, and its goroutines
+// end (a booking's Redis call is canceled) and are waited for. Booked
+// slots that have not started lapse: a slot of the rate limit is time,
+// and no Redis command is sent to give it back.
+func (s *fairScheduler) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.cancel()
+	close(s.done)
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queues) > 0 {
+		clear(s.queues)
+		close(s.dropped)
+		s.dropped = make(chan struct{})
+	}
 }
 
 // waitIdle waits until no queue is left: nobody waits, and every booked
@@ -193,6 +255,13 @@ func (s *fairScheduler) wait(ctx context.Context, fr FetchRequest, qa quotaAsk, 
 	p := s.p
 	start := time.Now() // bounds are wall-clock, as Client.bound's
 	s.mu.Lock()
+	if s.closed {
+		if booked != nil {
+			s.askedLocked(fr.QuotaScope)
+		}
+		s.mu.Unlock()
+		return admission{}, fmt.Errorf("%w: %s: closing", ErrUnavailable, p.up.Name)
+	}
 	now := p.now()
 	q := s.queues[fr.QuotaScope]
 	if q == nil {
@@ -219,13 +288,10 @@ func (s *fairScheduler) wait(ctx context.Context, fr FetchRequest, qa quotaAsk, 
 	if refuse {
 		q.removeLocked(w)
 	}
-	book := s.needBookLocked(q)
+	s.bookLocked(q)
 	s.dropIfIdleLocked(q)
 	s.mu.Unlock()
 	s.handAll(q, started)
-	if book {
-		go s.book(q)
-	}
 	if refuse {
 		return admission{verdict: verdictOverLimit, wait: at.Sub(now)}, nil
 	}
@@ -277,19 +343,28 @@ func (s *fairScheduler) wait(ctx context.Context, fr FetchRequest, qa quotaAsk, 
 			}
 			return <-w.ready, nil // handed its slot as its bound passed: take it
 		case <-ctx.Done():
-			s.mu.Lock()
-			left := w.t != nil
-			if left {
-				q.removeLocked(w)
-				s.dropIfIdleLocked(q)
-			}
-			s.mu.Unlock()
-			if !left {
-				if a := <-w.ready; a.verdict == verdictAdmitted {
-					s.handAll(q, []admission{a}) // the slot goes to the next waiter
-				}
-			}
+			s.leave(q, w)
 			return admission{}, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
+		case <-s.done:
+			s.leave(q, w)
+			return admission{}, fmt.Errorf("%w: %s: closing", ErrUnavailable, p.up.Name)
+		}
+	}
+}
+
+// leave takes w, which gives up, out of q; a slot it was handed as it
+// gave up goes to the next waiter.
+func (s *fairScheduler) leave(q *fairQueue, w *fairWaiter) {
+	s.mu.Lock()
+	left := w.t != nil
+	if left {
+		q.removeLocked(w)
+		s.dropIfIdleLocked(q)
+	}
+	s.mu.Unlock()
+	if !left {
+		if a := <-w.ready; a.verdict == verdictAdmitted {
+			s.handAll(q, []admission{a})
 		}
 	}
 }
@@ -481,23 +556,24 @@ func (s *fairScheduler) estimateLocked(q *fairQueue, w *fairWaiter, now time.Tim
 	return at, pos, interactive
 }
 
-// needBookLocked reports whether the queue should book another slot and
-// needs another goroutine for it, and counts it booking if so: one at a
-// time while the guard's slots start later (contention), up to
-// fairBookers while they start at once. Otherwise a burst that only had
-// to queue because an attempt of its scope was asking (tryAsk), and
-// finds the guard free, would take its slots one round trip after
-// another.
-func (s *fairScheduler) needBookLocked(q *fairQueue) bool {
+// bookLocked starts a goroutine booking the queue's slots (book) if it
+// should book another slot and needs another goroutine for it, counted
+// booking: one at a time while the guard's slots start later
+// (contention), up to fairBookers while they start at once. Otherwise a
+// burst that only had to queue because an attempt of its scope was
+// asking (tryAsk), and finds the guard free, would take its slots one
+// round trip after another.
+func (s *fairScheduler) bookLocked(q *fairQueue) {
 	limit := 1
 	if q.free {
 		limit = fairBookers
 	}
 	if q.booking >= limit || q.n <= len(q.slots)+q.booking || len(q.slots) >= fairAhead {
-		return false
+		return
 	}
-	q.booking++
-	return true
+	if s.goLocked(func() { s.book(q) }) {
+		q.booking++
+	}
 }
 
 // dropIfIdleLocked forgets q once nobody waits, no slot is booked and
@@ -524,7 +600,7 @@ func (s *fairScheduler) addSlotLocked(q *fairQueue, a admission, now time.Time) 
 	q.slots = append(q.slots[:i:i], append([]*fairSlot{sl}, q.slots[i:]...)...)
 	// The wait is timed as Client.admit sleeps it: the guard's clock may
 	// be Redis's, or a test's that stands still.
-	time.AfterFunc(a.wait, func() { s.start(q, sl) })
+	s.afterLocked(a.wait, func() { s.start(q, sl) })
 	return nil
 }
 
@@ -553,22 +629,19 @@ func (s *fairScheduler) handAll(q *fairQueue, as []admission) {
 	for _, a := range as {
 		if w := q.popLocked(); w != nil {
 			w.ready <- a
-		} else {
+		} else if !s.closed { // closing, it lapses
 			unused = append(unused, a)
 		}
 	}
-	book := s.needBookLocked(q)
+	s.bookLocked(q)
 	s.dropIfIdleLocked(q)
 	s.mu.Unlock()
 	for _, a := range unused {
-		s.p.record(context.Background(), a, outcomeNone, 0, quotaNote{})
-	}
-	if book {
-		go s.book(q)
+		s.p.record(s.ctx, a, outcomeNone, 0, quotaNote{})
 	}
 }
 
-// book books guard slots for q while it needs them (needBookLocked, which
+// book books guard slots for q while it needs them (bookLocked, which
 // counted it in q.booking), asking with the latest bound of its waiters. A refusal
 // (over limit, breaker open) fails every waiter that no booked slot will
 // serve, as the guard would have refused each of them.
@@ -576,7 +649,7 @@ func (s *fairScheduler) book(q *fairQueue) {
 	p := s.p
 	for {
 		s.mu.Lock()
-		if q.n <= len(q.slots)+q.booking-1 || len(q.slots) >= fairAhead {
+		if s.closed || q.n <= len(q.slots)+q.booking-1 || len(q.slots) >= fairAhead {
 			q.booking--
 			s.dropIfIdleLocked(q)
 			s.mu.Unlock()
@@ -595,15 +668,22 @@ func (s *fairScheduler) book(q *fairQueue) {
 		}
 		s.mu.Unlock()
 
-		a := p.ask(context.Background(), bound, qa)
+		a := p.ask(s.ctx, bound, qa)
+		s.mu.Lock()
 		if a.again {
 			// The quota's window is spent, and nothing was booked: book
 			// again when the next one begins (still counted booking).
-			time.AfterFunc(a.wait, func() { s.book(q) })
+			if !s.afterLocked(a.wait, func() { s.book(q) }) {
+				q.booking--
+			}
+			s.mu.Unlock()
 			return
 		}
-
-		s.mu.Lock()
+		if s.closed { // its slot, if any, lapses
+			q.booking--
+			s.mu.Unlock()
+			return
+		}
 		now = p.now()
 		q.free = a.verdict == verdictAdmitted && a.wait <= 0
 		var started []admission

@@ -62,6 +62,7 @@ func fairClient(t testing.TB, name string, rate int, maxWait time.Duration, shar
 	}
 	c := NewClient(up, Options{Shared: shared, Logger: quietLogger()})
 	c.next = log
+	t.Cleanup(c.Close) // in a synctest bubble, before it ends: its slot timers wait in goroutines
 	return c
 }
 
@@ -647,9 +648,11 @@ func TestFairChurnSparesOtherTenant(t *testing.T) {
 	var cs []*Client
 	for range instances {
 		c := fairClient(t, "churn", 150, 10*time.Second, st, nil)
+		c.Close()
 		c.up.Protection.MaxInFlight = 40
 		c = NewClient(c.up, Options{Shared: st, Logger: quietLogger()})
 		c.next = up
+		t.Cleanup(c.Close)
 		t.Cleanup(c.fair.waitIdle)
 		cs = append(cs, c)
 	}

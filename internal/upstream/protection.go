@@ -29,6 +29,10 @@ type Options struct {
 	// handed back, so that the owner can wait for them on close. Nil:
 	// outcomes are recorded before Fetch returns.
 	Background *sync.WaitGroup
+	// Context is the owner's: the Client's own background work (the fair
+	// queues' bookings and slot timers) runs under it. Close ends that
+	// work and waits for it. Default: context.Background().
+	Context context.Context
 }
 
 // NewClient returns the Fetcher that protects up, which must have been
@@ -63,9 +67,19 @@ func NewClient(up *Config, o Options) *Client {
 	if o.Shared != nil {
 		p.shared = newSharedGuard(o.Shared, up, nil, o.Logger, o.Metrics)
 	}
-	p.fair = newFairScheduler(p)
+	ctx := o.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p.fair = newFairScheduler(ctx, p)
 	return p
 }
+
+// Close ends the Client's own background work and waits for it: once it
+// returns, no goroutine of the Client runs and none calls the shared
+// store; attempts still queued for a slot fail with ErrUnavailable. The
+// Client is not to be used after it.
+func (p *Client) Close() { p.fair.close() }
 
 // Client is the Fetcher that protects one upstream. Every attempt, the
 // first and each retry, is admitted by a guard, which may make it wait for
