@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,4 +177,22 @@ func (c *Coordinator) flightStatus(f *flight, now time.Time) FlightStatus {
 		fs.FollowersElsewhere = 0
 	}
 	return fs
+}
+
+// ErrUnknownUpstream reports a name that is not one of the configured
+// upstreams'.
+var ErrUnknownUpstream = errors.New("coordinator: no such upstream")
+
+// ClearQuotas forgets the quotas learned of the upstream named, and the
+// backoff a spent one set, on every instance sharing Redis: the
+// operator's way to end a quota spent for hours without a restart (see
+// docs/upstream-protection.md). The next answers teach the quota again.
+// While Redis is down it clears this instance alone, and says so in its
+// error.
+func (c *Coordinator) ClearQuotas(ctx context.Context, name string) error {
+	cl, ok := c.clients[name]
+	if !ok {
+		return fmt.Errorf("%w: %q (configured: %s)", ErrUnknownUpstream, name, strings.Join(c.Upstreams(), ", "))
+	}
+	return cl.ClearQuotas(ctx)
 }

@@ -348,7 +348,13 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 		t.Fatalf("failing fetch: %v; want Unavailable", err)
 	}
 	// The breaker is open for 1ms; the next admission turns it half-open
-	// and takes its only probe slot.
+	// and takes its only probe slot. Wait until the shared guard says so
+	// (open, its time up): the failure is recorded after its caller is
+	// answered, and on a fast machine the probe could come within the 1ms.
+	waitFor(t, 20*time.Second, func() bool {
+		g := fl.instances[0].Coordinator.Status(ctx).Upstreams[0].Guard
+		return g.Scope == "cluster" && g.Breaker == "open" && g.NextProbe == 0
+	})
 	dropped := fl.proxy.DropNext(calls.ClaimCall(fl.up.URL()+probe, "fake")...) // the claim folds in the admission
 	d, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,6 +91,7 @@ func (m *metricsServer) handler(c *coordinator.Coordinator, instance string, log
 	page := statuspage.Handler(c, instance, log)
 	mux.Handle(statuspage.PagePath, page)
 	mux.Handle(statuspage.JSONPath, page)
+	mux.Handle(clearQuotasPath, clearQuotas(c, log))
 	if m.pprof {
 		// Registered on this mux, not http.DefaultServeMux, so that
 		// importing net/http/pprof exposes nothing by itself.
@@ -100,6 +102,46 @@ func (m *metricsServer) handler(c *coordinator.Coordinator, instance string, log
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return requireToken(m.tokens, mux)
+}
+
+// clearQuotasPath is where an operator clears the quotas learned of an
+// upstream: POST /status/quotas/clear?upstream=NAME (docs/upstream-protection.md).
+const clearQuotasPath = "/status/quotas/clear"
+
+// clearQuotas serves clearQuotasPath: it forgets the quotas learned of
+// the upstream named and the backoff a spent one set, on every instance
+// sharing Redis, and answers what it did as JSON. It is behind
+// metrics_auth with the rest of the listener; a browser's cross-origin
+// POST is refused (http.CrossOriginProtection), so that Basic credentials
+// a browser remembers cannot be used by another site.
+func clearQuotas(c *coordinator.Coordinator, log *slog.Logger) http.Handler {
+	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "POST "+clearQuotasPath+"?upstream=NAME clears the quotas learned of an upstream", http.StatusMethodNotAllowed)
+			return
+		}
+		name := r.URL.Query().Get("upstream")
+		if name == "" {
+			http.Error(w, "upstream=NAME is required, one of: "+strings.Join(c.Upstreams(), ", "), http.StatusBadRequest)
+			return
+		}
+		err := c.ClearQuotas(r.Context(), name)
+		answer := map[string]any{"upstream": name, "cleared": "fleet"}
+		code := http.StatusOK
+		switch {
+		case errors.Is(err, coordinator.ErrUnknownUpstream):
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		case err != nil:
+			// This instance's are cleared; Redis did not answer.
+			answer["cleared"], answer["error"], code = "instance", err.Error(), http.StatusServiceUnavailable
+		}
+		log.Info("learned quotas cleared", "upstream", name, "cleared", answer["cleared"], "remote", r.RemoteAddr)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(answer)
+	}))
 }
 
 // coordinatorMetrics is the coordinator.Options.Metrics to use.

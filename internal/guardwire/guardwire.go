@@ -72,9 +72,9 @@ type Record struct {
 type QuotaNote struct {
 	Scope     string
 	Route     string
-	Remaining int64
-	Limit     int64         // 0: not said
-	Reset     time.Duration // from the answer's arrival
+	Remaining int64         // at most Limit
+	Limit     int64         // at least 1
+	Reset     time.Duration // from the answer's arrival, 0 to MaxQuotaReset
 	Partition string
 	Source    string // the header it was read from
 	Label     string // whose credential, for a status page
@@ -82,6 +82,14 @@ type QuotaNote struct {
 	// no slot of the quota was booked for it (upstream's quotaNote).
 	Unbooked bool
 }
+
+// MaxQuotaReset bounds a quota's reset that is believed: one further away
+// is garbage (a clock in milliseconds, a year typed wrong), never a reason
+// to stop calling the upstream for that long. The Go parser and the
+// shared store's script both apply it; a QuotaNote outside its bounds
+// (limit under 1, remaining over the limit, reset outside 0 to
+// MaxQuotaReset) is learned by neither.
+const MaxQuotaReset = 24 * time.Hour
 
 // QuotaState is a learned quota as a status page shows it.
 type QuotaState struct {

@@ -44,6 +44,8 @@ type Registry struct {
 	rateWait         *prometheus.HistogramVec
 	rateRefused      *prometheus.CounterVec // upstream
 	quotaRemaining   *prometheus.GaugeVec   // upstream, partition
+	quotaReset       *prometheus.GaugeVec   // upstream, partition
+	quotaIgnored     *prometheus.CounterVec // upstream, header
 	quotaLimit       *prometheus.GaugeVec   // upstream, partition
 	locks            *prometheus.CounterVec // outcome
 	extensions       *prometheus.CounterVec // result
@@ -105,6 +107,9 @@ func New() *Registry {
 			Help: "Requests left in an upstream's announced quota, by partition, summed over the credentials whose answers this instance saw last."}, []string{"upstream", "partition"}),
 		quotaLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_upstream_quota_limit",
 			Help: "An upstream's announced quota per window, by partition, summed over the credentials whose answers this instance saw last (0: not said)."}, []string{"upstream", "partition"}),
+		quotaReset: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_upstream_quota_reset_timestamp_seconds",
+			Help: "When an upstream's announced quota resets, by partition (Unix time; the latest reset of the credentials summed in coordd_upstream_quota_remaining)."}, []string{"upstream", "partition"}),
+		quotaIgnored:     counter("coordd_upstream_quota_ignored_total", "Upstream answers whose quota headers were garbage (a remaining over its limit, no limit, a reset past a day), ignored whole, by header family: RateLimit or X-RateLimit.", "upstream", "header"),
 		locks:            counter("coordd_lock_attempts_total", "Attempts at a key's fill lock, by outcome: acquired, contended (another instance holds it), unavailable (Redis down or silent).", "outcome"),
 		extensions:       counter("coordd_lock_extensions_total", "Lease extensions by the watchdog of a held fill lock, by result: ok, lost, error.", "result"),
 		timerWakeups:     prometheus.NewCounter(prometheus.CounterOpts{Name: "coordd_timer_wakeups_total", Help: "Followers woken by the end of a lock lease instead of a push (a lock takeover); 0 unless a holder died or a push was lost."}),
@@ -123,7 +128,7 @@ func New() *Registry {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		r.grpc,
 		r.requests, r.followers, r.followerLag, r.upstream, r.fetches, r.retries, r.transitions, r.rejected,
-		r.rateWait, r.rateRefused, r.quotaRemaining, r.quotaLimit, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
+		r.rateWait, r.rateRefused, r.quotaRemaining, r.quotaLimit, r.quotaReset, r.quotaIgnored, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
 		r.httpRequests, r.httpDuration,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
@@ -260,9 +265,15 @@ func (r *Registry) RateLimitWait(upstream string, d time.Duration) {
 func (r *Registry) RateLimitRefused(upstream string) { r.rateRefused.WithLabelValues(upstream).Inc() }
 
 // UpstreamQuota implements coordinator.Metrics.
-func (r *Registry) UpstreamQuota(upstream, partition string, remaining, limit int64) {
+func (r *Registry) UpstreamQuota(upstream, partition string, remaining, limit int64, reset time.Time) {
 	r.quotaRemaining.WithLabelValues(upstream, partition).Set(float64(remaining))
 	r.quotaLimit.WithLabelValues(upstream, partition).Set(float64(limit))
+	r.quotaReset.WithLabelValues(upstream, partition).Set(float64(reset.UnixMilli()) / 1000)
+}
+
+// UpstreamQuotaIgnored implements coordinator.Metrics.
+func (r *Registry) UpstreamQuotaIgnored(upstream, header string) {
+	r.quotaIgnored.WithLabelValues(upstream, header).Inc()
 }
 
 // Lock implements coordinator.Metrics.

@@ -51,11 +51,16 @@ type Metrics interface {
 	// RateLimitRefused counts a fetch refused because its slot started
 	// past the time it could wait.
 	RateLimitRefused(upstream string)
-	// UpstreamQuota sets what remains of an upstream's announced quota
-	// and its limit (0: not said) in a partition ("" the default), summed
-	// over the credentials whose answers this instance saw: never one
-	// credential's. Called for each answer that announces one.
-	UpstreamQuota(upstream, partition string, remaining, limit int64)
+	// UpstreamQuota sets what remains of an upstream's announced quota,
+	// its limit and the latest of their resets, in a partition ("" the
+	// default), summed over the credentials whose answers this instance
+	// saw: never one credential's. Called for each answer that announces
+	// one.
+	UpstreamQuota(upstream, partition string, remaining, limit int64, reset time.Time)
+	// UpstreamQuotaIgnored counts an answer whose quota headers were
+	// garbage (a remaining over its limit, no limit, a reset past a day),
+	// ignored whole; header is the family: "RateLimit" or "X-RateLimit".
+	UpstreamQuotaIgnored(upstream, header string)
 	// Lock counts an attempt at a key's fill lock by outcome: "acquired",
 	// "contended" (another instance holds it) or "unavailable" (Redis is
 	// down or did not answer).
@@ -84,23 +89,26 @@ type Metrics interface {
 // Nop is a Metrics that does nothing: the default.
 type Nop struct{}
 
-func (Nop) Request(string)                             {}
-func (Nop) Follower(string)                            {}
-func (Nop) FollowerLag(time.Duration)                  {}
-func (Nop) Fetch(string)                               {}
-func (Nop) UpstreamRequest(string, int)                {}
-func (Nop) Retry(string)                               {}
-func (Nop) BreakerTransition(_, _, _, _ string)        {}
-func (Nop) BreakerRejected(string)                     {}
-func (Nop) RateLimitWait(string, time.Duration)        {}
-func (Nop) RateLimitRefused(string)                    {}
-func (Nop) UpstreamQuota(string, string, int64, int64) {}
-func (Nop) Lock(string)                                {}
-func (Nop) LockExtension(string)                       {}
-func (Nop) TimerWakeup()                               {}
-func (Nop) RedisError(string)                          {}
-func (Nop) RedisHealth(bool)                           {}
-func (Nop) Flights(int)                                {}
+func (Nop) Request(string)                                        {}
+func (Nop) Follower(string)                                       {}
+func (Nop) FollowerLag(time.Duration)                             {}
+func (Nop) Fetch(string)                                          {}
+func (Nop) UpstreamRequest(string, int)                           {}
+func (Nop) Retry(string)                                          {}
+func (Nop) BreakerTransition(_, _, _, _ string)                   {}
+func (Nop) BreakerRejected(string)                                {}
+func (Nop) RateLimitWait(string, time.Duration)                   {}
+func (Nop) RateLimitRefused(string)                               {}
+func (Nop) UpstreamQuota(string, string, int64, int64, time.Time) {}
+
+// UpstreamQuotaIgnored implements Metrics.
+func (Nop) UpstreamQuotaIgnored(string, string) {}
+func (Nop) Lock(string)                         {}
+func (Nop) LockExtension(string)                {}
+func (Nop) TimerWakeup()                        {}
+func (Nop) RedisError(string)                   {}
+func (Nop) RedisHealth(bool)                    {}
+func (Nop) Flights(int)                         {}
 
 // OrNop returns m, or Nop if m is nil.
 func OrNop(m Metrics) Metrics {

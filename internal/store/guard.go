@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -172,9 +173,11 @@ return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack, later}
 // backoff µs, failure threshold, failure rate, min requests, window µs,
 // open for µs, close after, probe slots, key ttl ms, and for a quota the
 // answer announced (KEYS[2] its credential scope's hash, KEYS[3] the
-// upstream's index of scopes): remaining, limit (0: not said), reset µs
-// from now, partition, source, label, the scope, the route answered, and
-// '1' if the request was not booked (QuotaNote.Unbooked). It returns {the state
+// upstream's index of scopes): remaining, limit, reset µs from now,
+// partition, source, label, the scope, the route answered, '1' if the
+// request was not booked (QuotaNote.Unbooked), and the bound of a reset
+// (guardwire.MaxQuotaReset, µs); a quota outside those bounds is not
+// learned. It returns {the state
 // before, the state it changed to (empty if none)}.
 var recordScript = replaySafe(luaNow + `
 local h = KEYS[1]
@@ -237,9 +240,13 @@ if gen == cur then
   end
 end
 redis.call('PEXPIRE', h, ttl)
-if #KEYS == 4 then
+local arem, alimit, areset = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+-- One consistent (limit, remaining, reset) or nothing, whoever sent it:
+-- the same bounds as the Go parser's (guardwire.QuotaNote).
+local believed = arem and alimit and areset and alimit >= 1 and arem >= 0 and arem <= alimit
+  and areset >= 0 and areset <= (tonumber(ARGV[23]) or 0)
+if #KEYS == 4 and believed then
   local qk, part = KEYS[2], ARGV[17]
-  local arem, alimit, areset = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
   local known = redis.call('HEXISTS', qk, 'seen|' .. part) == 1
   if known or redis.call('HLEN', qk) < 1024 then
     local q = redis.call('HMGET', qk, 'rem|' .. part, 'reset|' .. part, 'tat|' .. part, 'limit|' .. part, 'win|' .. part)
@@ -272,10 +279,8 @@ if #KEYS == 4 then
     win = math.max(win, areset)
     local f = {'rem|' .. part, fmt(rem), 'reset|' .. part, fmt(reset), 'win|' .. part, fmt(win),
       'src|' .. part, ARGV[18], 'label|' .. part, ARGV[19], 'seen|' .. part, fmt(now), 'route|' .. ARGV[21], part}
-    if alimit > 0 then
-      f[#f + 1] = 'limit|' .. part
-      f[#f + 1] = fmt(alimit)
-    end
+    f[#f + 1] = 'limit|' .. part
+    f[#f + 1] = fmt(alimit)
     local edge = reset + math.min(1000000, math.floor(win / 10))
     if rem == 0 and qtat < edge then
       f[#f + 1] = 'tat|' .. part
@@ -389,7 +394,8 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 		if q.Unbooked {
 			unbooked = "1"
 		}
-		args = append(args, q.Remaining, q.Limit, q.Reset.Microseconds(), q.Partition, q.Source, q.Label, q.Scope, q.Route, unbooked)
+		args = append(args, q.Remaining, q.Limit, q.Reset.Microseconds(), q.Partition, q.Source, q.Label, q.Scope, q.Route, unbooked,
+			guardwire.MaxQuotaReset.Microseconds())
 	}
 	var res []any
 	err = r.ifUp(ctx, func(ctx context.Context) (err error) {
@@ -405,6 +411,33 @@ func (r *Redis) Record(ctx context.Context, upstream string, o Record) (from, to
 	from, _ = res[0].(string)
 	to, _ = res[1].(string)
 	return from, to, nil
+}
+
+// ClearQuotas forgets the quotas learned of upstream, every credential
+// scope's, with the routes' partitions, and the backoff every instance
+// holds it for (a spent quota's, or a Retry-After's); the breaker and the
+// rate limit stay. Every key is in the guard's slot, so this is one
+// pipeline on a Cluster too.
+func (r *Redis) ClearQuotas(ctx context.Context, upstream string) error {
+	return r.ifUp(ctx, func(ctx context.Context) error {
+		index := r.quotaIndex(upstream)
+		scopes, err := r.rdb.SMembers(ctx, index).Result()
+		if err != nil {
+			return err
+		}
+		keys := []string{index}
+		for _, sc := range scopes {
+			keys = append(keys, r.quotaKey(upstream, sc))
+		}
+		_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for chunk := range slices.Chunk(keys, 256) {
+				p.Del(ctx, chunk...)
+			}
+			p.HDel(ctx, r.guardKey(upstream), "backoff")
+			return nil
+		})
+		return err
+	})
 }
 
 // BreakerState reads the state of upstream's shared breaker, as the

@@ -45,6 +45,7 @@ type rediser interface {
 	Ping(ctx context.Context) *redis.StatusCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	SRandMemberN(ctx context.Context, key string, count int64) *redis.StringSliceCmd
+	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 

@@ -119,6 +119,16 @@ type localGuard struct {
 	lease  time.Duration             // how long an attempt may be in flight
 }
 
+// clearQuotas forgets every quota learned, and the backoff (a spent
+// quota's, or a Retry-After's) that holds the upstream (Client.ClearQuotas).
+func (g *localGuard) clearQuotas() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.quotas)
+	clear(g.unb)
+	g.limit.backoff = time.Time{}
+}
+
 // maxQuotas bounds the quotas a guard learns (one per credential scope
 // and partition): past it, windows that ended are dropped, and then new
 // ones are not learned.
@@ -291,6 +301,9 @@ type Shared interface {
 	BreakerState(ctx context.Context, upstream string) (string, error)
 	// GuardState reads the guard for a status page, changing nothing.
 	GuardState(ctx context.Context, upstream string, now time.Time) (SharedState, error)
+	// ClearQuotas forgets the quotas learned of upstream and its
+	// backoff, for every instance (Client.ClearQuotas).
+	ClearQuotas(ctx context.Context, upstream string) error
 	SharedSlots // the slots in flight (inflight.go)
 }
 

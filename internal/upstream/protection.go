@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -101,6 +103,9 @@ type Client struct {
 	parts  *partitions  // which quota partition each route is counted in
 	gauges *quotaGauges // the quotas last announced, for the metrics
 	slots  *inFlight    // the requests in flight (inflight.go); nil without max_in_flight
+	// quotaWarned is when an ignored quota answer was last logged (Unix
+	// ns; 0 never).
+	quotaWarned atomic.Int64
 }
 
 // Breakers returns the state of the client's breakers: the shared one's
@@ -445,7 +450,10 @@ func (p *Client) quotaNote(fr FetchRequest, resp *Response) quotaNote {
 		return quotaNote{}
 	}
 	now := p.now()
-	q, ok := parseQuota(resp.Header, now)
+	q, ok, garbage := readQuota(resp.Header, now)
+	if garbage != "" {
+		p.ignoredQuota(garbage, now)
+	}
 	if !ok {
 		return quotaNote{}
 	}
@@ -456,9 +464,29 @@ func (p *Client) quotaNote(fr FetchRequest, resp *Response) quotaNote {
 		label = "no credential"
 	}
 	n := quotaNote{key: quotaKey(fr.QuotaScope, q.Partition), scope: fr.QuotaScope, route: route, label: label, q: q}
-	rem, limit := p.gauges.set(n.key, q, now)
-	p.m.UpstreamQuota(p.up.Name, p.gauges.label(q.Partition), rem, limit)
+	rem, limit, reset := p.gauges.set(n.key, q, now)
+	p.m.UpstreamQuota(p.up.Name, p.gauges.label(q.Partition), rem, limit, reset)
 	return n
+}
+
+// ignoredQuotaLogEvery is how often an upstream's ignored quota answers
+// are logged at most: they are counted each time.
+const ignoredQuotaLogEvery = time.Minute
+
+// ignoredQuota counts an answer whose quota headers were garbage (why,
+// from readQuota: the family, then numbers only), and logs it at most
+// once per upstream and ignoredQuotaLogEvery.
+func (p *Client) ignoredQuota(why string, now time.Time) {
+	family, _, _ := strings.Cut(why, ":")
+	p.m.UpstreamQuotaIgnored(p.up.Name, family)
+	last := p.quotaWarned.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < ignoredQuotaLogEvery {
+		return
+	}
+	if p.quotaWarned.CompareAndSwap(last, now.UnixNano()) {
+		p.log.Warn("ignoring the quota an upstream announced: its headers are inconsistent, so nothing of them is learned (counted in coordd_upstream_quota_ignored_total; logged once a minute)",
+			"upstream", p.up.Name, "header", why)
+	}
 }
 
 // bound is how long this fetch may still wait: MaxWait, or less when every

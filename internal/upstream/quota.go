@@ -1,10 +1,13 @@
 package upstream
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // Quota is what an upstream's answer says of the quota it counts the
@@ -13,84 +16,139 @@ import (
 // -Remaining and -Reset (GitHub, and many others; GitHub names the
 // partition in X-RateLimit-Resource).
 type Quota struct {
-	Limit     int64         // requests per window; 0: not said
+	Limit     int64         // requests per window, at least 1
 	Remaining int64         // requests left in the window
 	Reset     time.Duration // until the window resets (from the answer's arrival)
 	Partition string        // the quota's partition (GitHub's resource, the draft's policy name); "" the default
 	Source    string        // the header it was read from
 }
 
-// maxQuotaReset bounds a reset that is believed: one further away is
-// garbage (a clock in milliseconds, a year typed wrong), never a reason to
-// stop calling the upstream for that long.
-const maxQuotaReset = 24 * time.Hour
+// maxQuotaReset bounds a reset that is believed (guardwire.MaxQuotaReset).
+const maxQuotaReset = guardwire.MaxQuotaReset
 
 // epochFloor tells an epoch reset from a delta in seconds: a value past
 // it is a Unix time (2001-09-09), as no window lasts 31 years.
 const epochFloor = 1_000_000_000
 
 // parseQuota reads the quota h announces, received at now. ok is false
-// when h announces none, or only garbage: negative or non-numeric values,
-// a remaining over the limit, a reset in the past or past maxQuotaReset.
-// The draft's fields win over X-RateLimit-*; within X-RateLimit-Reset an
-// epoch time and a delta in seconds are told apart by epochFloor.
+// when h announces none, or only garbage (see readQuota).
 func parseQuota(h http.Header, now time.Time) (q Quota, ok bool) {
-	if v := h.Get("RateLimit"); v != "" {
-		if q, ok = parseDraftQuota(v, h.Get("RateLimit-Policy")); ok {
-			return q, true
+	q, ok, _ = readQuota(h, now)
+	return q, ok
+}
+
+// readQuota reads the quota h announces, received at now, through one
+// validation for both header families: what is learned is one consistent
+// (limit, remaining, reset) or nothing. When h carries the draft's
+// RateLimit field it alone is read (with the RateLimit-Policy item of the
+// same name for its limit); else X-RateLimit-Limit, -Remaining and -Reset,
+// where an epoch time and a delta in seconds are told apart by
+// epochFloor. An answer is garbage, and ignored whole, when a value is
+// negative, non-numeric or over 15 digits, the limit is missing or 0, the
+// remaining is over the limit, the reset is in the past or past
+// maxQuotaReset, or the draft's window is 0, past maxQuotaReset or shorter
+// than the reset. garbage then says which header and why, in numbers only
+// (it is logged); it is "" when h announces a quota or none.
+func readQuota(h http.Header, now time.Time) (q Quota, ok bool, garbage string) {
+	if rl := h.Get("RateLimit"); rl != "" {
+		q, why := parseDraftQuota(rl, h.Values("RateLimit-Policy"))
+		if why != "" {
+			return Quota{}, false, "RateLimit: " + why
 		}
+		return q, true, ""
 	}
-	rem, okRem := nonNegative(h.Get("X-RateLimit-Remaining"))
-	if !okRem {
-		return Quota{}, false
+	remv := h.Get("X-RateLimit-Remaining")
+	if remv == "" {
+		return Quota{}, false, ""
 	}
-	q = Quota{Remaining: rem, Partition: strings.TrimSpace(h.Get("X-RateLimit-Resource")), Source: "X-RateLimit-Remaining"}
-	if limit, ok := nonNegative(h.Get("X-RateLimit-Limit")); ok {
-		if rem > limit {
-			return Quota{}, false // the two disagree: believe neither
-		}
-		q.Limit = limit
+	bad := func(why string) (Quota, bool, string) { return Quota{}, false, "X-RateLimit: " + why }
+	rem, okRem := nonNegative(remv)
+	limit, okLimit := nonNegative(h.Get("X-RateLimit-Limit"))
+	reset, okReset := nonNegative(h.Get("X-RateLimit-Reset"))
+	switch {
+	case !okRem:
+		return bad("remaining is not a number of at most 15 digits")
+	case !okLimit:
+		return bad("no limit, or not a number of at most 15 digits")
+	case !okReset:
+		return bad("no reset, or not a number of at most 15 digits")
 	}
-	reset, ok := nonNegative(h.Get("X-RateLimit-Reset"))
-	if !ok {
-		return Quota{}, false
-	}
+	q = Quota{Limit: limit, Remaining: rem, Partition: strings.TrimSpace(h.Get("X-RateLimit-Resource")), Source: "X-RateLimit-Remaining"}
 	if reset >= epochFloor {
 		q.Reset = time.Unix(reset, 0).Sub(now)
 	} else {
 		q.Reset = time.Duration(reset) * time.Second
 	}
-	if q.Reset < 0 || q.Reset > maxQuotaReset {
-		return Quota{}, false
+	if why := q.inconsistent(); why != "" {
+		return bad(why)
 	}
-	return q, true
+	return q, true, ""
+}
+
+// inconsistent says why q cannot be believed, or "" when it can.
+func (q Quota) inconsistent() string {
+	switch {
+	case q.Limit < 1:
+		return fmt.Sprintf("limit %d (a quota allows at least one request)", q.Limit)
+	case q.Remaining > q.Limit:
+		return fmt.Sprintf("remaining %d over the limit %d", q.Remaining, q.Limit)
+	case q.Reset < 0:
+		return fmt.Sprintf("reset %v in the past", -q.Reset.Round(time.Second))
+	case q.Reset > maxQuotaReset:
+		return fmt.Sprintf("reset in %v, past the bound of %v", q.Reset.Round(time.Second), maxQuotaReset)
+	}
+	return ""
 }
 
 // parseDraftQuota reads the draft's RateLimit field ("default";r=50;t=30),
-// and the quota from RateLimit-Policy ("default";q=100;w=60) for the same
-// policy name.
-func parseDraftQuota(rl, policy string) (Quota, bool) {
+// and its limit from the RateLimit-Policy item of the same name
+// ("default";q=100;w=60); why is "" when they make a quota.
+func parseDraftQuota(rl string, policies []string) (q Quota, why string) {
 	name, params := sfItem(rl)
 	r, okR := nonNegative(params["r"])
 	t, okT := nonNegative(params["t"])
-	if !okR || !okT || time.Duration(t)*time.Second > maxQuotaReset {
-		return Quota{}, false
+	if !okR || !okT {
+		return Quota{}, "r or t is not a number of at most 15 digits"
 	}
-	q := Quota{Remaining: r, Reset: time.Duration(t) * time.Second, Partition: name, Source: "RateLimit"}
+	q = Quota{Remaining: r, Reset: time.Duration(t) * time.Second, Partition: name, Source: "RateLimit"}
 	if name == "default" {
 		q.Partition = ""
 	}
 	if pk := params["pk"]; pk != "" {
 		q.Partition = strings.Trim(pk, ":")
 	}
-	for item := range strings.SplitSeq(policy, ",") {
-		if pname, pp := sfItem(item); pname == name {
-			if limit, ok := nonNegative(pp["q"]); ok && limit >= r {
-				q.Limit = limit
+	var pp map[string]string
+	for _, policy := range policies {
+		for item := range strings.SplitSeq(policy, ",") {
+			if pname, p := sfItem(item); pname == name && pp == nil {
+				pp = p
 			}
 		}
 	}
-	return q, true
+	if pp == nil {
+		return Quota{}, "no RateLimit-Policy item of the same name, so no limit"
+	}
+	limit, ok := nonNegative(pp["q"])
+	if !ok {
+		return Quota{}, "the policy's q is not a number of at most 15 digits"
+	}
+	q.Limit = limit
+	if why := q.inconsistent(); why != "" {
+		return Quota{}, why
+	}
+	if wv, said := pp["w"]; said {
+		w, ok := nonNegative(wv)
+		window := time.Duration(w) * time.Second
+		switch {
+		case !ok:
+			return Quota{}, "the policy's w is not a number of at most 15 digits"
+		case w < 1 || window > maxQuotaReset:
+			return Quota{}, fmt.Sprintf("window %ds, outside 1s to %v", w, maxQuotaReset)
+		case q.Reset > window:
+			return Quota{}, fmt.Sprintf("reset in %v past its window of %v", q.Reset, window)
+		}
+	}
+	return q, ""
 }
 
 // sfItem reads a structured-field item with parameters (RFC 8941), as
@@ -134,8 +192,21 @@ func RateLimited(resp *Response, now time.Time) bool {
 		if resp.Header.Get("Retry-After") != "" {
 			return true
 		}
-		q, ok := parseQuota(resp.Header, now)
-		return ok && q.Remaining == 0
+		return saysSpent(resp.Header)
 	}
 	return false
+}
+
+// saysSpent reports whether h says no request is left, whatever else it
+// says: X-RateLimit-Remaining: 0, or the draft's RateLimit with r=0. A
+// 403 that says so is a rate limit even when the rest of its quota is not
+// believed (RateLimited); nothing is learned from it then.
+func saysSpent(h http.Header) bool {
+	if rl := h.Get("RateLimit"); rl != "" {
+		_, params := sfItem(rl)
+		r, ok := nonNegative(params["r"])
+		return ok && r == 0
+	}
+	r, ok := nonNegative(h.Get("X-RateLimit-Remaining"))
+	return ok && r == 0
 }

@@ -302,7 +302,14 @@ func (g *quotaGauges) label(partition string) string {
 // set records q for key, announced at now, and returns the partition's
 // remaining and limit summed over the credentials whose window has not
 // reset.
-func (g *quotaGauges) set(key string, q Quota, now time.Time) (rem, limit int64) {
+// clear forgets every quota seen.
+func (g *quotaGauges) clear() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.m)
+}
+
+func (g *quotaGauges) set(key string, q Quota, now time.Time) (rem, limit int64, reset time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if _, ok := g.m[key]; ok || len(g.m) < maxQuotas {
@@ -315,7 +322,10 @@ func (g *quotaGauges) set(key string, q Quota, now time.Time) (rem, limit int64)
 		case e.partition == q.Partition && !now.After(e.reset):
 			rem += e.rem
 			limit += e.limit
+			if e.reset.After(reset) {
+				reset = e.reset
+			}
 		}
 	}
-	return rem, limit
+	return rem, limit, reset
 }

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +58,25 @@ type QuotaStatus = guardwire.QuotaState
 
 // RetryBudgetWindow is the span over which a retry budget counts.
 const RetryBudgetWindow = budgetWindow * time.Second
+
+// ClearQuotas forgets the quotas learned of the upstream and the backoff
+// a spent one may have set (a Retry-After's too): in the store every
+// instance shares, then in this instance's own guard and its metrics'
+// memory. It is the operator's way to end a quota that is spent for hours
+// without a restart; the next answers teach the quota again. While the
+// shared store is down it clears this instance alone and says so: another
+// instance's own guard keeps what it learned until its reset.
+func (p *Client) ClearQuotas(ctx context.Context) error {
+	var err error
+	if p.shared != nil {
+		if err = p.shared.s.ClearQuotas(ctx, p.up.Name); err != nil {
+			err = fmt.Errorf("%s: the quotas every instance shares are not cleared, this instance's are: %w", p.up.Name, err)
+		}
+	}
+	p.local.clearQuotas()
+	p.gauges.clear()
+	return err
+}
 
 // Status returns the state of the guard in force: the shared one, read
 // within ctx and the Redis timeout, while the shared store is up and
