@@ -142,7 +142,7 @@ type principalKey struct{}
 func (a *Auth) authFunc(ctx context.Context) (context.Context, error) {
 	token, err := auth.AuthFromMD(ctx, "bearer")
 	if err != nil {
-		return nil, status.Error(codes.Unauthenticated, "a bearer token is required")
+		return nil, status.Error(codes.Unauthenticated, errNoToken)
 	}
 	p, ok := a.authenticate(token)
 	if !ok {
@@ -177,8 +177,14 @@ func (s *Server) principal(ctx context.Context) (*principal, error) {
 	if p, ok := ctx.Value(principalKey{}).(*principal); ok {
 		return p, nil
 	}
-	return nil, status.Error(codes.Unauthenticated, "a bearer token is required")
+	return nil, status.Error(codes.Unauthenticated, errNoToken)
 }
+
+// The refusals of a call without a token say how one is sent.
+const (
+	errNoToken     = "a bearer token is required: send the metadata `authorization: Bearer TOKEN` (grpcurl: -H 'authorization: Bearer TOKEN')"
+	errNoHTTPToken = "a bearer token is required: send the header `Authorization: Bearer TOKEN`"
+)
 
 // Option configures New.
 type Option func(*Server)

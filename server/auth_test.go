@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,10 @@ func TestAuthRefusals(t *testing.T) {
 				t.Errorf("code = %v (%v); want %v", got, err, tt.want)
 			}
 		})
+	}
+	// The refusal says how a token is sent.
+	if err := getCall(get("/a/x"))(ctx, in.Dial(t)); !strings.Contains(status.Convert(err).Message(), "authorization: Bearer TOKEN") {
+		t.Errorf("no token: %v; want the refusal to say how a token is sent", err)
 	}
 	if got := env.up.Total(); got != 0 {
 		t.Errorf("upstream requests = %d; want 0 (refused before any I/O)", got)

@@ -469,7 +469,7 @@ func (s *Server) httpPrincipal(r *http.Request) (*principal, error) {
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
-		return nil, status.Error(codes.Unauthenticated, "a bearer token is required")
+		return nil, status.Error(codes.Unauthenticated, errNoHTTPToken)
 	}
 	p, ok := s.auth.authenticate(token)
 	if !ok {

@@ -391,6 +391,9 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	case rdb != nil:
 		mode = "redis"
 	}
+	if rdb != nil && !c.RedisHealthy() {
+		mode += " (unavailable: coordinating in-process until it answers)"
+	}
 	logUpstreams(log, fc.Upstreams, o.upstreamsFrom)
 	log.Info("coordd serving", "addr", lis.Addr().String(), "mode", mode)
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -424,5 +425,56 @@ func TestConfigYAMLErrorsNameKeys(t *testing.T) {
 				t.Errorf("error %q names a Go type or YAML tag (%q); want YAML keys only", err, m)
 			}
 		})
+	}
+}
+
+// TestRedisUnavailableAtStart: coordd started on a Redis that refuses
+// connections serves, and its logs name that Redis (never its password),
+// the error, and the mode as it is: coordinating in-process.
+func TestRedisUnavailableAtStart(t *testing.T) {
+	up := fakeupstream.New(t)
+	addr, dead := freeAddr(t), freeAddr(t) // nothing listens on dead
+	ctx, cancel := context.WithCancel(context.Background())
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "coordd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	logs := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", addr, "--redis", "redis://:hunter2-canary@" + dead,
+			"--upstream", "fake=" + up.URL(), "--drain-delay", "1ms"}, logFile)
+	}()
+	coordtest.WaitFor(t, 20*time.Second, "coordd serving", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("run: %v\n%s", err, logs())
+		default:
+		}
+		return strings.Contains(logs(), "coordd serving")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	out := logs()
+	var warn, serving string
+	for line := range strings.Lines(out) {
+		switch {
+		case strings.Contains(line, "redis unavailable at start"):
+			warn = line
+		case strings.Contains(line, "coordd serving"):
+			serving = line
+		}
+	}
+	if !strings.Contains(warn, dead) || !strings.Contains(warn, "connection refused") || !strings.Contains(warn, "in-process") {
+		t.Errorf("the warning %q; want the address %s, the error and what coordd does", warn, dead)
+	}
+	if !strings.Contains(serving, "unavailable") || !strings.Contains(serving, "in-process") {
+		t.Errorf("the serving line %q; want the mode as it is: redis unavailable, coordinating in-process", serving)
+	}
+	if strings.Contains(out, "hunter2-canary") {
+		t.Error("the Redis password is in the logs")
 	}
 }

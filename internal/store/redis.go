@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -399,7 +400,23 @@ func Start(ctx context.Context, rdb redis.UniversalClient, cfg Config) *Redis {
 		r.warm(ctx, 8)
 		r.up.Store(true)
 	case <-time.After(4 * r.timeout):
-		r.log.Warn("redis unavailable at start; serving from L1 and coordinating in-process")
+		pctx, cancel := context.WithTimeout(ctx, r.timeout)
+		err := r.rdb.Ping(pctx).Err()
+		cancel()
+		if c, ok := r.rdb.(*redis.Client); ok && !r.sentinel && errors.Is(err, context.DeadlineExceeded) {
+			// go-redis's retries outlast the ping: one plain dial names
+			// the cause (connection refused, no such host).
+			if conn, derr := net.DialTimeout("tcp", c.Options().Addr, r.timeout); derr != nil {
+				err = derr
+			} else {
+				conn.Close()
+			}
+		}
+		if err == nil {
+			err = errors.New("it answered a ping, not the subscription, within 4 × redis_timeout")
+		}
+		r.log.Warn("redis unavailable at start: serving from L1 and coordinating in-process until it answers",
+			"redis", r.describe(), "mode", r.Mode(), "err", err)
 		if r.onChange != nil {
 			r.onChange(false)
 		}
@@ -416,4 +433,19 @@ func (r *Redis) Wait() {
 	r.waited = true // so that wg.Go never races wg.Wait
 	r.watchdogs.Unlock()
 	r.wg.Wait()
+}
+
+// describe names the Redis r talks to for a log: its address or
+// addresses, never a password (go-redis keeps that apart from them).
+func (r *Redis) describe() string {
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Client:
+		if r.sentinel {
+			return "the master named by Sentinel"
+		}
+		return c.Options().Addr
+	}
+	return "redis"
 }
