@@ -529,6 +529,8 @@ upstreams:
 				"upstreams.0.stale_ttl":                  "24h0m0s",
 				"upstreams.0.rate_limit":                 20,
 				"upstreams.0.retry.max_attempts":         3,
+				"upstreams.0.learn_quota":                true, // the default, filled in
+				"upstreams.1.learn_quota":                true,
 				"upstreams.1.name":                       "b", // a flag
 				"upstreams.1.base_url":                   "http://b.example",
 				"upstreams.1.ttl":                        "10m0s",

@@ -140,6 +140,10 @@ type BreakerPolicy struct {
 }
 
 func (p *Protection) setDefaults() {
+	if p.LearnQuota == nil { // filled in, so that --check-config shows it
+		learn := true
+		p.LearnQuota = &learn
+	}
 	setDefault(&p.RateLimit, 20)
 	setDefault(&p.Burst, 1)
 	setDefault(&p.MaxWait, 10*time.Second)
