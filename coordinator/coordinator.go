@@ -720,7 +720,7 @@ func (c *Coordinator) document(t Target, resp *upstream.Response, stale *Result)
 		}
 		l.Apply(d)
 		return d, store, nil
-	case code >= 500 || upstream.RateLimited(resp, now):
+	case code >= 500 || upstream.RateLimited(resp):
 		// A rate limit (a 429, or a 403 that says so) is the upstream
 		// asking to wait, not a document: the callers get it as an error
 		// saying how long (or the stale copy).

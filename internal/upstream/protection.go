@@ -273,7 +273,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 		}
 		p.record(ctx, a, o, backoff, note)
 		slot.release(ctx)
-		if !retryable(o, resp, p.now()) || attempt >= rp.MaxAttempts || ctx.Err() != nil {
+		if !retryable(o, resp) || attempt >= rp.MaxAttempts || ctx.Err() != nil {
 			return resp, err
 		}
 		// The caller waits its own wait (a credential's spent quota holds
@@ -541,7 +541,7 @@ func (p *Client) Backoff(resp *Response) time.Duration {
 		return 0
 	}
 	now := p.now()
-	limited := RateLimited(resp, now)
+	limited := RateLimited(resp)
 	if limited || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), now); ok {
 			return min(d, p.up.Protection.RetryAfterCap)

@@ -117,14 +117,7 @@ func parseDraftQuota(rl string, policies []string) (q Quota, why string) {
 	if pk := params["pk"]; pk != "" {
 		q.Partition = strings.Trim(pk, ":")
 	}
-	var pp map[string]string
-	for _, policy := range policies {
-		for item := range strings.SplitSeq(policy, ",") {
-			if pname, p := sfItem(item); pname == name && pp == nil {
-				pp = p
-			}
-		}
-	}
+	pp := policyItem(policies, name)
 	if pp == nil {
 		return Quota{}, "no RateLimit-Policy item of the same name, so no limit"
 	}
@@ -149,6 +142,19 @@ func parseDraftQuota(rl string, policies []string) (q Quota, why string) {
 		}
 	}
 	return q, ""
+}
+
+// policyItem is the parameters of the first RateLimit-Policy item named
+// name in policies (the field's lines); nil if none is.
+func policyItem(policies []string, name string) map[string]string {
+	for _, policy := range policies {
+		for item := range strings.SplitSeq(policy, ",") {
+			if pname, p := sfItem(item); pname == name {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 // sfItem reads a structured-field item with parameters (RFC 8941), as
@@ -181,7 +187,7 @@ func nonNegative(v string) (int64, bool) {
 // GitHub answers both its primary and its secondary limits. Such an answer
 // is a backoff for every instance, not a breaker failure, and not a
 // document to deliver.
-func RateLimited(resp *Response, now time.Time) bool {
+func RateLimited(resp *Response) bool {
 	if resp == nil {
 		return false
 	}

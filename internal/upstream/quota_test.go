@@ -168,11 +168,11 @@ func TestRateLimited403(t *testing.T) {
 	cl := NewClient(&up, Options{})
 	ctx := context.Background()
 	resp, err := cl.Fetch(ctx, FetchRequest{URL: srv.URL + "/forbidden"}, nil)
-	if err != nil || resp.StatusCode != http.StatusForbidden || RateLimited(resp, time.Now()) || cl.Backoff(resp) != 0 {
+	if err != nil || resp.StatusCode != http.StatusForbidden || RateLimited(resp) || cl.Backoff(resp) != 0 {
 		t.Fatalf("a plain 403: %v, %v; want a document with no backoff", resp, err)
 	}
 	resp, err = cl.Fetch(ctx, FetchRequest{URL: srv.URL + "/user"}, nil)
-	if err != nil || !RateLimited(resp, time.Now()) {
+	if err != nil || !RateLimited(resp) {
 		t.Fatalf("first fetch: %v, %v; want the rate-limited 403", resp, err)
 	}
 	if b := cl.Backoff(resp); b < 25*time.Second || b > 31*time.Second {
@@ -220,7 +220,7 @@ func TestSpentQuotaOfACredential(t *testing.T) {
 	ctx := context.Background()
 	spent := FetchRequest{URL: srv.URL + "/user", Scoped: true, QuotaScope: "s/spent", Header: http.Header{"Authorization": {"Bearer spent"}}}
 	resp, err := cl.Fetch(ctx, spent, nil)
-	if err != nil || !RateLimited(resp, time.Now()) || cl.Backoff(resp) < 25*time.Second {
+	if err != nil || !RateLimited(resp) || cl.Backoff(resp) < 25*time.Second {
 		t.Fatalf("the spent credential: %v, %v; want the rate-limited 403 with the reset as its wait", resp, err)
 	}
 	for name, fr := range map[string]FetchRequest{

@@ -29,8 +29,8 @@ const (
 // retryable reports whether the caller's fetch is tried again after an
 // attempt judged o that answered resp: a failure, or a rate-limited 403
 // (a quota spent, waited out as a 429 is, but counted against no breaker).
-func retryable(o outcome, resp *Response, now time.Time) bool {
-	return o == outcomeFailure || o == outcomeNone && resp != nil && resp.StatusCode == http.StatusForbidden && RateLimited(resp, now)
+func retryable(o outcome, resp *Response) bool {
+	return o == outcomeFailure || o == outcomeNone && resp != nil && resp.StatusCode == http.StatusForbidden && RateLimited(resp)
 }
 
 // classify judges an attempt: failures are connection errors, timeouts,
@@ -44,7 +44,7 @@ func classify(ctx context.Context, resp *Response, err error) (o outcome, why st
 		return outcomeFailure, "a network error"
 	case err != nil: // too large: an answer, but not one to judge by
 		return outcomeNone, err.Error()
-	case resp.StatusCode == http.StatusForbidden && RateLimited(resp, time.Now()):
+	case resp.StatusCode == http.StatusForbidden && RateLimited(resp):
 		// A quota spent, not a sick upstream: backed off (Backoff), not
 		// counted against the breaker.
 		return outcomeNone, "a rate limit (403)"
