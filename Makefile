@@ -168,6 +168,12 @@ deps:
 		fi; \
 	fi
 	@systemd-analyze --version | head -n 1
+	@# grpcurl runs the docs' examples (docs/examples_test.go): go install,
+	@# pinned, into .tools/bin (no Debian package).
+	@test -x $(CURDIR)/.tools/bin/grpcurl || { echo "grpcurl not found in .tools/bin; installing it with go install"; \
+		GOBIN=$(CURDIR)/.tools/bin $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION) || { \
+		echo "error: grpcurl (the docs' examples use it) could not be installed with go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)." >&2; exit 1; }; }
+	@$(CURDIR)/.tools/bin/grpcurl -version
 
 # test is the one command that runs every test: generated code checked
 # against the protos, go vet and staticcheck (lint), go test -race
@@ -187,6 +193,7 @@ test: deps check-generated ts-build conformance-tools lint
 # fails first, naming Node 22, if the node the suite would run is older.
 # See docs/mcp.md#conformance.
 CONFORMANCE_DIR := $(CURDIR)/.tools/conformance
+GRPCURL_VERSION := v1.9.3
 CONFORMANCE_NODE_MAJOR := 22
 conformance-tools:
 	@mkdir -p $(CONFORMANCE_DIR)
