@@ -168,7 +168,7 @@ deps:
 		fi; \
 	fi
 	@systemd-analyze --version | head -n 1
-	@# grpcurl runs the docs' examples (docs/examples_test.go): go install,
+	@# grpcurl runs the docs' examples (deploy/examples_test.go): go install,
 	@# pinned, into .tools/bin (no Debian package).
 	@test -x $(CURDIR)/.tools/bin/grpcurl || { echo "grpcurl not found in .tools/bin; installing it with go install"; \
 		GOBIN=$(CURDIR)/.tools/bin $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION) || { \

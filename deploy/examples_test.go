@@ -1,7 +1,4 @@
-// Package docs holds coordd's documentation; its one test runs the shell
-// examples the documentation shows, so that an example that fails as
-// written fails CI.
-package docs
+package deploy
 
 import (
 	"bufio"
@@ -445,7 +442,7 @@ func transcriptCommands(body string) []transcriptCmd {
 			continue
 		}
 		cmd := c
-		for strings.HasSuffix(strings.TrimSpace(stripComment(cmd)), "\\") && i+1 < len(lines) {
+		for strings.HasSuffix(strings.TrimSpace(stripShellComment(cmd)), "\\") && i+1 < len(lines) {
 			i++
 			cmd += "\n" + lines[i]
 		}
@@ -454,24 +451,24 @@ func transcriptCommands(body string) []transcriptCmd {
 			i++
 			shown = append(shown, lines[i])
 		}
-		out = append(out, transcriptCmd{cmd: stripComments(cmd), out: strings.TrimSpace(strings.Join(shown, "\n"))})
+		out = append(out, transcriptCmd{cmd: stripShellComments(cmd), out: strings.TrimSpace(strings.Join(shown, "\n"))})
 	}
 	return out
 }
 
-// stripComment drops a trailing `# remark` that the docs add to a line
+// stripShellComment drops a trailing `# remark` that the docs add to a line
 // (outside quotes: the examples' quotes hold no #).
-func stripComment(l string) string {
+func stripShellComment(l string) string {
 	if i := strings.Index(l, "  #"); i >= 0 && !strings.Contains(l[:i], "'#") {
 		return strings.TrimRight(l[:i], " ")
 	}
 	return l
 }
 
-func stripComments(cmd string) string {
+func stripShellComments(cmd string) string {
 	ls := strings.Split(cmd, "\n")
 	for i := range ls {
-		ls[i] = stripComment(ls[i])
+		ls[i] = stripShellComment(ls[i])
 	}
 	return strings.Join(ls, "\n") + "\n"
 }
