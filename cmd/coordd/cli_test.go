@@ -81,7 +81,8 @@ func runBinary(t *testing.T, bin string, env []string, args ...string) (int, str
 }
 
 // TestCommandLine runs the built coordd: --help exits 0 with the usage,
-// stray arguments and unknown flags exit 2 naming them, a bad environment
+// stray arguments and unknown flags exit 2 naming them in one line (the
+// nearest flag to a mistyped one), a bad environment
 // value exits 1 naming its variable and value.
 func TestCommandLine(t *testing.T) {
 	bin := coorddBinary(t, "")
@@ -95,7 +96,10 @@ func TestCommandLine(t *testing.T) {
 		{"help", nil, []string{"--help"}, 0, []string{"Usage: coordd", "COORDD_METRICS_LISTEN", "-log-level", "-version"}},
 		{"h", nil, []string{"-h"}, 0, []string{"Usage: coordd"}},
 		{"stray argument", nil, []string{"--check-config", "stray", "--listen", "x"}, 2, []string{`coordd: unexpected argument "stray"`}},
-		{"unknown flag", nil, []string{"--nope"}, 2, []string{"flag provided but not defined: -nope", "Usage: coordd"}},
+		{"unknown flag", nil, []string{"--nope"}, 2, []string{"flag provided but not defined: -nope", "--help lists every flag"}},
+		// a typo gets the nearest flag, as a YAML key or COORDD_* variable does (#39)
+		{"mistyped flag", nil, []string{"--redsi", "redis://127.0.0.1:1"}, 2, []string{"flag provided but not defined: -redsi; did you mean --redis?"}},
+		{"bad flag value", nil, []string{"--drain-delay=soon"}, 2, []string{`invalid value "soon" for flag -drain-delay`}},
 		{"bad env duration", []string{"COORDD_DRAIN_DELAY=soon"}, []string{"--check-config"}, 1, []string{"COORDD_DRAIN_DELAY", `"soon"`}},
 		{"bad env level", []string{"COORDD_LOG_LEVEL=loud"}, []string{"--check-config"}, 1, []string{"log_level", "loud"}},
 		{"check config", []string{"COORDD_LOG_LEVEL=debug"}, []string{"--check-config"}, 0, []string{"configuration ok"}},
@@ -110,6 +114,10 @@ func TestCommandLine(t *testing.T) {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("coordd %v: stderr %q; want it to contain %q", tt.args, stderr, w)
 				}
+			}
+			// The whole usage is for --help; a mistake gets one line.
+			if tt.wantCode == 2 && strings.Contains(stderr, "Usage: coordd") {
+				t.Errorf("coordd %v: a mistake printed the whole usage:\n%s", tt.args, stderr)
 			}
 		})
 	}
@@ -648,11 +656,18 @@ tenants:
   - name: u
     tokens_env: COORDD_TEST_UNSET_TOKENS
     upstreams: ["*"]
+  - name: w
+    tokens: ["short"]
+    tokens_env: COORDD_TEST_UNSET_TOKENS_W
+    upstreams: ["*"]
+  - name: x
+    tokens_env: TEST_SHORT_TOKENS
+    upstreams: ["*"]
 `
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runBinary(t, bin, []string{"COORDD_DRAIN_DELAY=soon", "COORDD_PPROF=maybe"},
+	code, stdout, stderr := runBinary(t, bin, []string{"COORDD_DRAIN_DELAY=soon", "COORDD_PPROF=maybe", "TEST_SHORT_TOKENS=abcde,0123456789abcdef-long"},
 		"--config", path, "--upstream", "nobase", "--check-config")
 	if code != 1 {
 		t.Errorf("exit %d; want 1", code)
@@ -670,6 +685,11 @@ tenants:
 		`upstreams[2].timeout: "soon" is not a duration`,
 		`tenants[0] (t).upstreams[0]: no upstream is named "nope"`,
 		"tenants[1] (u).tokens_env",
+		// a short token and a missing variable of one tenant, both; a
+		// token from tokens_env named as such (#39)
+		"tenants[2] (w).tokens[0]: 5 bytes; want at least 16",
+		"tenants[2] (w).tokens_env: $COORDD_TEST_UNSET_TOKENS_W is not set",
+		"tenants[3] (x).tokens_env: token 1 of $TEST_SHORT_TOKENS: 5 bytes; want at least 16",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
@@ -677,6 +697,9 @@ tenants:
 	}
 	if m := goTypeName.FindString(stderr); m != "" {
 		t.Errorf("stderr names a Go type (%q):\n%s", m, stderr)
+	}
+	if strings.Contains(stderr, "abcde") {
+		t.Errorf("stderr quotes a token:\n%s", stderr)
 	}
 	if stdout != "" {
 		t.Errorf("stdout %q; want no configuration printed when it has errors", stdout)

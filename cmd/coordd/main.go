@@ -105,6 +105,19 @@ type usageError struct {
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// flagHint adds to the flag package's error what to do next: the
+// nearest flag to one that is not defined, and where they are all listed.
+func flagHint(fs *flag.FlagSet, err error) error {
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if hint := closest(name, names); hint != "" {
+			return fmt.Errorf("%w; did you mean --%s? (--help lists every flag)", err, hint)
+		}
+	}
+	return fmt.Errorf("%w (--help lists every flag)", err)
+}
+
 // exitCode is the exit status for run's error: 0 for none or --help, 2 for
 // a usage error, 1 for the rest. It prints the error (once) to stderr.
 func exitCode(program string, err error, stderr io.Writer) int {
@@ -213,8 +226,21 @@ Flags:
 	if err := ff.Parse(env, nil, ff.WithEnvVarPrefix(envPrefix)); err != nil {
 		return options{}, fmt.Errorf("environment: %w", err)
 	}
-	if err := fs.Parse(args); err != nil {
-		return options{}, &usageError{err: err, reported: true}
+	// The flag package prints its error and the whole usage itself; coordd
+	// prints the usage for --help only, and for a mistake one line with
+	// what to do (the nearest flag to a mistyped one), as it does for a
+	// mistyped YAML key or COORDD_* variable.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		usage()
+		return options{}, err
+	}
+	if err != nil {
+		return options{}, &usageError{err: flagHint(fs, err)}
 	}
 	if fs.NArg() > 0 {
 		return options{}, &usageError{err: fmt.Errorf("unexpected argument %q: coordd takes flags only (--help lists them); a flag after it would be ignored", fs.Arg(0))}

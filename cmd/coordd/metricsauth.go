@@ -40,41 +40,54 @@ func (fc *fileConfig) metricsTokens() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, t := range toks {
-		if len(t) < server.MinTokenBytes {
-			return nil, fmt.Errorf("config: metrics_auth: token %d is %d bytes; want at least %d", i+1, len(t), server.MinTokenBytes)
-		}
-	}
 	return toks, nil
 }
 
 // readTokens reads the tokens of field from the environment variable env,
 // the file (one a line; blank lines and lines starting with # skipped)
-// and inline, together; at least one in all.
+// and inline, together; at least one in all, each at least
+// server.MinTokenBytes. Every problem is reported (errors.Join), each
+// naming where the token came from (tokens_env, tokens_file's line,
+// tokens[i]) and its length, never the token.
 func readTokens(field, env, file string, inline []string) ([]string, error) {
-	toks := append([]string(nil), inline...)
-	if env != "" {
-		v, ok := os.LookupEnv(env)
-		if !ok {
-			return nil, fmt.Errorf("%s.tokens_env: $%s is not set", field, env)
+	var toks []string
+	var errs []error
+	add := func(where string, tok string) {
+		if len(tok) < server.MinTokenBytes {
+			errs = append(errs, fmt.Errorf("%s.%s: %d bytes; want at least %d", field, where, len(tok), server.MinTokenBytes))
+			return
 		}
-		toks = append(toks, strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' })...)
+		toks = append(toks, tok)
 	}
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil, fmt.Errorf("%s.tokens_file: %w", field, err)
-		}
-		for line := range strings.Lines(string(b)) {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				toks = append(toks, line)
+	for i, tok := range inline {
+		add(fmt.Sprintf("tokens[%d]", i), tok)
+	}
+	if env != "" {
+		if v, ok := os.LookupEnv(env); !ok {
+			errs = append(errs, fmt.Errorf("%s.tokens_env: $%s is not set", field, env))
+		} else {
+			for i, tok := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' || r == '\r' }) {
+				add(fmt.Sprintf("tokens_env: token %d of $%s", i+1, env), tok)
 			}
 		}
 	}
-	if len(toks) == 0 {
-		return nil, fmt.Errorf("%s: no tokens: set tokens_env, tokens_file or tokens", field)
+	if file != "" {
+		if b, err := os.ReadFile(file); err != nil {
+			errs = append(errs, fmt.Errorf("%s.tokens_file: %w", field, err))
+		} else {
+			n := 0
+			for line := range strings.Lines(string(b)) {
+				n++
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					add(fmt.Sprintf("tokens_file: %s line %d", file, n), line)
+				}
+			}
+		}
 	}
-	return toks, nil
+	if len(toks) == 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%s: no tokens: set tokens_env, tokens_file or tokens", field))
+	}
+	return toks, errors.Join(errs...)
 }
 
 // requireToken wraps h so that every request must carry one of tokens:

@@ -331,7 +331,7 @@ func TestMetricsAuthConfigErrors(t *testing.T) {
 		{"tenants without metrics_auth", tenant + "metrics_listen: 127.0.0.1:0\n", "metrics_auth: required with tenants", nil},
 		{"tenants without metrics_auth, flag", tenant, "metrics_auth: required with tenants", []string{"--metrics-listen", "127.0.0.1:0"}},
 		{"no tokens", "metrics_auth: {}\n", "metrics_auth: no tokens", nil},
-		{"short token", "metrics_auth:\n  tokens: [short]\n", "metrics_auth: token 1 is 5 bytes", nil},
+		{"short token", "metrics_auth:\n  tokens: [short]\n", "metrics_auth.tokens[0]: 5 bytes", nil},
 		{"unset env", "metrics_auth:\n  tokens_env: COORDD_TEST_UNSET_METRICS_TOKENS\n", "metrics_auth.tokens_env", nil},
 		{"pprof without a listener", "pprof: true\n", "pprof: needs metrics_listen", nil},
 		{"pprof flag without a listener", "", "pprof: needs metrics_listen", []string{"--pprof"}},
