@@ -27,6 +27,7 @@ import (
 
 	coordd "github.com/coordd/coordd/clients/go"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	buildinfo "github.com/coordd/coordd/internal/version"
 )
 
 // errorCase is one case of testdata/mcp-golden/errors.json.
@@ -95,7 +96,7 @@ func inMemory(t *testing.T, m *mdn) *mcp.ClientSession {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
-	if _, err := newServer(m, version).Connect(ctx, st, nil); err != nil {
+	if _, err := newServer(m, buildinfo.Current()).Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "golden", Version: "v0"}, nil).Connect(ctx, ct, nil)
@@ -246,7 +247,7 @@ func TestGoldenTools(t *testing.T) {
 
 	t.Run("go in memory", func(t *testing.T) {
 		base, _ := url.Parse("https://mdn.test")
-		s := newServer(&mdn{docs: &stubGetter{}, base: base, coordd: "coordd.test:1", log: discardLogger()}, version)
+		s := newServer(&mdn{docs: &stubGetter{}, base: base, coordd: "coordd.test:1", log: discardLogger()}, buildinfo.Current())
 		client, server := net.Pipe()
 		ss, err := s.Connect(context.Background(), &mcp.IOTransport{Reader: server, Writer: server}, nil)
 		if err != nil {

@@ -22,7 +22,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -40,10 +39,6 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	buildinfo "github.com/coordd/coordd/internal/version"
 )
-
-// version is reported to MCP clients: the stamped release version
-// (internal/version), else this.
-const version = "v0.1.0"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -152,7 +147,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer client.Close()
 
-	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, cmp.Or(buildinfo.Version, version))
+	s := newServer(&mdn{docs: client, base: base, coordd: *addr, log: log}, buildinfo.Current())
 	if *httpAddr != "" {
 		return serveHTTP(ctx, httpConfig{addr: *httpAddr, token: os.Getenv("MDN_MCP_TOKEN"), allowedOrigins: allowedOrigins, drainDelay: *drainDelay, grace: *grace}, s, log, nil)
 	}

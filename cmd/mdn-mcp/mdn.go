@@ -160,7 +160,7 @@ func (m *mdn) explain(what, tool string, err error) error {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("cannot get %s: timed out %s", what, said)
 	case codes.PermissionDenied:
-		return fmt.Errorf("cannot get %s: coordd at %s does not serve %s to this client: it is not one of its upstreams, or the token's tenant is not granted it %s", what, m.coordd, m.base, said)
+		return fmt.Errorf("cannot get %s: coordd at %s does not serve %s to this client: it is not one of its upstreams (start coordd with --upstream mdn=%s, or give this server the --mdn-base coordd serves), or the token's tenant is not granted it %s", what, m.coordd, m.base, m.base, said)
 	case codes.Unauthenticated:
 		return fmt.Errorf("cannot get %s: coordd at %s requires a valid token: set $COORDD_TOKEN or --coordd-token %s", what, m.coordd, said)
 	}

@@ -4,19 +4,52 @@
 package version
 
 import (
+	_ "embed"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 )
 
+// release is the version the source is at, from the one file that says it
+// (internal/version/VERSION): what an unstamped build reports, and what
+// the TypeScript and Python packages' manifests must say (cmd/mdn-mcp's
+// TestOneVersion).
+//
+//go:embed VERSION
+var release string
+
+// Release is "v" and the VERSION file's line: v0.1.0.
+func Release() string { return "v" + strings.TrimSpace(release) }
+
 // Version is the release version, stamped by the build:
 //
 //	go build -ldflags "-X github.com/coordd/coordd/internal/version.Version=v1.2.3" ./cmd/coordd
 //
 // Empty in an unstamped build, which then reports the module's version
-// ("(devel)" for a build from a checkout; the tag for `go install …@v1.2.3`).
+// when it is a release tag (`go install …@v1.2.3`), else Release (a build
+// from a checkout: its revision and modified facts say which).
 var Version string
+
+// Current is the version a binary reports, in --version and to MCP
+// clients alike: the stamped one, a tagged module's, else Release.
+func Current() string { return current(Version, readBuildInfo()) }
+
+func current(stamped string, bi *debug.BuildInfo) string {
+	if stamped != "" {
+		return stamped
+	}
+	if bi != nil && isTag(bi.Main.Version) {
+		return bi.Main.Version
+	}
+	return Release()
+}
+
+// isTag reports whether v is a release tag: not "(devel)", empty, a
+// pseudo-version (v0.0.0-20260102030405-3f2c0e9d) or a +dirty build.
+func isTag(v string) bool {
+	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+") && strings.Count(v, "-") < 2 && v != ""
+}
 
 // String is the line that program's --version prints:
 //
@@ -38,7 +71,7 @@ func readBuildInfo() *debug.BuildInfo {
 }
 
 func format(program, stamped string, bi *debug.BuildInfo) string {
-	v, module := stamped, "unknown"
+	module := "unknown"
 	var facts []string
 	if bi != nil {
 		module = bi.Main.Path + " " + orDefault(bi.Main.Version, "(devel)")
@@ -48,14 +81,10 @@ func format(program, stamped string, bi *debug.BuildInfo) string {
 				facts = append(facts, strings.TrimPrefix(s.Key, "vcs.")+" "+s.Value)
 			}
 		}
-		if v == "" {
-			v = orDefault(bi.Main.Version, "(devel)")
-		}
 	}
-	v = orDefault(v, "(devel)")
 	facts = append([]string{"module " + module}, facts...)
 	facts = append(facts, runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH)
-	return fmt.Sprintf("%s %s (%s)", program, v, strings.Join(facts, ", "))
+	return fmt.Sprintf("%s %s (%s)", program, current(stamped, bi), strings.Join(facts, ", "))
 }
 
 func orDefault(s, d string) string {

@@ -27,9 +27,11 @@ func TestFormat(t *testing.T) {
 		{"stamped checkout", "v1.2.3", checkout,
 			[]string{"coordd v1.2.3 (", "module github.com/coordd/coordd (devel)", "revision 3f2c0e9d", "time 2026-01-02T03:04:05Z", "modified true"},
 			[]string{"trimpath"}},
-		{"unstamped checkout", "", checkout, []string{"coordd (devel) (", "revision 3f2c0e9d"}, nil},
+		{"unstamped checkout", "", checkout, []string{"coordd " + Release() + " (", "module github.com/coordd/coordd (devel)", "revision 3f2c0e9d"}, nil},
+		{"unstamped pseudo-version", "", &debug.BuildInfo{Main: debug.Module{Path: "github.com/coordd/coordd", Version: "v0.0.0-20260102030405-3f2c0e9d0000+dirty"}},
+			[]string{"coordd " + Release() + " (module github.com/coordd/coordd v0.0.0-"}, nil},
 		{"go install @tag", "", installed, []string{"coordd v1.4.0 (module github.com/coordd/coordd v1.4.0, go"}, []string{"revision"}},
-		{"no build info", "", nil, []string{"coordd (devel) (module unknown, go"}, nil},
+		{"no build info", "", nil, []string{"coordd " + Release() + " (module unknown, go"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := format("coordd", tc.stamped, tc.bi)
@@ -50,5 +52,11 @@ func TestFormat(t *testing.T) {
 func TestString(t *testing.T) {
 	if got := String("coordd"); !strings.HasPrefix(got, "coordd ") || !strings.Contains(got, "module github.com/coordd/coordd") {
 		t.Errorf("String = %q; want the program and this module", got)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	if r := Release(); len(r) < len("v0.0.0") || strings.ContainsAny(r, " \n") || !isTag(r) {
+		t.Errorf("Release() = %q; want v and the VERSION file's one line, a release tag such as v0.1.0", r)
 	}
 }

@@ -71,7 +71,7 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
     });
     if (draining) res.setHeader("Connection", "close");
     handle(req, res).catch((err: unknown) => {
-      opts.log(`mdn-mcp: ${req.method} ${req.url}: ${err instanceof Error ? err.message : String(err)}`);
+      opts.log(`${req.method} ${req.url}: ${err instanceof Error ? err.message : String(err)}`);
       if (!res.headersSent) res.writeHead(500, { "content-type": "text/plain" }).end("internal error\n");
       else res.destroy();
     });
@@ -141,29 +141,29 @@ export async function serveHTTP(opts: HTTPOptions, newServer: () => McpServer): 
   const { address, port } = server.address() as AddressInfo;
   const host = address.includes(":") ? `[${address}]` : address;
   const url = `http://${host}:${port}${MCP_PATH}`;
-  opts.log(`mdn-mcp: serving MCP Streamable HTTP at ${url}${opts.token ? " (bearer token required)" : ""}`);
+  opts.log(`serving MCP Streamable HTTP at ${url}${opts.token ? " (bearer token required)" : ""}`);
 
   let drained: Promise<boolean> | undefined;
   const drain = () =>
     (drained ??= (async () => {
       draining = true;
       const delay = opts.drainDelayMs ?? 0;
-      opts.log(`mdn-mcp: draining: /healthz answers 503 for ${delay} ms`);
+      opts.log(`draining: /healthz answers 503 for ${delay} ms`);
       if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
       const grace = opts.graceMs ?? 10_000;
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
-      opts.log(`mdn-mcp: draining: no longer accepting; finishing ${inFlight} requests in flight within ${grace} ms`);
+      opts.log(`draining: no longer accepting; finishing ${inFlight} requests in flight within ${grace} ms`);
       const ended = Promise.all([closed, inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (idle = resolve))]);
       let timer: NodeJS.Timeout | undefined;
       const timedOut = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), grace)));
       const ok = await Promise.race([ended.then(() => true), timedOut]);
       clearTimeout(timer);
       if (!ok) {
-        opts.log(`mdn-mcp: ${inFlight} requests still in flight after the ${grace} ms grace were cut`);
+        opts.log(`${inFlight} requests still in flight after the ${grace} ms grace were cut`);
         server.closeAllConnections();
       } else {
-        opts.log("mdn-mcp: drained");
+        opts.log("drained");
       }
       return ok;
     })());

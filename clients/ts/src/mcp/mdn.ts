@@ -135,7 +135,7 @@ export class MDN {
         return { error: `cannot get ${what}: timed out ${said}` };
       case Code.PermissionDenied:
         return {
-          error: `cannot get ${what}: coordd at ${addr} does not serve ${origin(this.base)} to this client: it is not one of its upstreams, or the token's tenant is not granted it ${said}`,
+          error: `cannot get ${what}: coordd at ${addr} does not serve ${origin(this.base)} to this client: it is not one of its upstreams (start coordd with --upstream mdn=${origin(this.base)}, or give this server the --mdn-base coordd serves), or the token's tenant is not granted it ${said}`,
         };
       case Code.Unauthenticated:
         return { error: `cannot get ${what}: coordd at ${addr} requires a valid token: set $COORDD_TOKEN or --coordd-token ${said}` };

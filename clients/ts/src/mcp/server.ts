@@ -18,6 +18,7 @@ import { CoorddClient, DEFAULT_ADDR, type ClientOptions } from "../client.js";
 import { parseOrigins, serveHTTP } from "./http.js";
 import { newServer } from "./tools.js";
 import { DEFAULT_MDN_BASE, MDN } from "./mdn.js";
+import { VERSION } from "./version.js";
 
 /** NAME is the command's name as installed: package.json's bin. */
 const NAME = "coordd-mdn-mcp";
@@ -38,6 +39,7 @@ const OPTIONS = {
   "mdn-base": { type: "string", default: DEFAULT_MDN_BASE },
   "shutdown-grace": { type: "string", default: "10s" },
   timeout: { type: "string", default: "30s" },
+  version: { type: "boolean", default: false },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -55,6 +57,7 @@ const HELP: Record<Exclude<keyof typeof OPTIONS, "help">, { arg?: string; text: 
       "a request with any other Origin header gets 403 (default $MDN_MCP_ALLOWED_ORIGINS, else none)",
   },
   coordd: { arg: "ADDRESS", text: "coordd's gRPC address: host:port" },
+  version: { text: "print the version and build facts, then exit" },
   "coordd-tls": { text: "dial coordd over TLS, trusting the system's roots" },
   "coordd-tls-ca": { arg: "FILE", text: "dial coordd over TLS, trusting the CAs in this PEM file" },
   "coordd-tls-cert": {
@@ -191,6 +194,10 @@ async function main(): Promise<void> {
     process.stdout.write(usage());
     return;
   }
+  if (values.version) {
+    process.stdout.write(`${NAME} ${VERSION} (node ${process.version} ${process.platform}/${process.arch})\n`);
+    return;
+  }
   for (const [flag, env] of Object.entries(ENV_DEFAULTS) as [keyof typeof ENV_DEFAULTS, string][]) {
     values[flag] ??= process.env[env];
   }
@@ -243,7 +250,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   if (listen) {
-    const log = (line: string) => process.stderr.write(line + "\n");
+    const log = (line: string) => process.stderr.write(`${NAME}: ${line}\n`);
     let http;
     try {
       http = await serveHTTP(
@@ -254,7 +261,7 @@ async function main(): Promise<void> {
       process.stderr.write(`--http: ${(err as Error).message}\n`);
       process.exit(1);
     }
-    log(`mdn-mcp: coordd ${coordd.addr}, MDN ${mdn.base.href}`);
+    log(`coordd ${coordd.addr}, MDN ${mdn.base.href}`);
     const stop = () => {
       void http.drain().then((ok) => {
         coordd.close();
@@ -269,10 +276,10 @@ async function main(): Promise<void> {
   // stdout carries the protocol: anything else goes to stderr.
   server.server.onclose = () => coordd.close();
   await server.connect(new StdioServerTransport());
-  process.stderr.write(`mdn-mcp: serving on stdio; coordd ${coordd.addr}, MDN ${mdn.base.href}\n`);
+  process.stderr.write(`${NAME}: serving on stdio; coordd ${coordd.addr}, MDN ${mdn.base.href}\n`);
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`mdn-mcp: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.stderr.write(`${NAME}: ${err instanceof Error ? err.stack : String(err)}\n`);
   process.exit(1);
 });

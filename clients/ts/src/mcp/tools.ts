@@ -6,6 +6,7 @@ import { ListToolsRequestSchema, type CallToolResult, type ListToolsResult } fro
 import { z } from "zod";
 
 import { MDN, SEARCH_RESULTS } from "./mdn.js";
+import { VERSION } from "./version.js";
 
 const annotations = { readOnlyHint: true, idempotentHint: true, openWorldHint: true };
 
@@ -36,7 +37,7 @@ const TOOLS = {
  * same tools as the Go server (cmd/mdn-mcp). */
 export function newServer(mdn: MDN): McpServer {
   const server = new McpServer(
-    { name: "mdn-mcp", title: "MDN Web Docs", version: "0.1.0" },
+    { name: "mdn-mcp", title: "MDN Web Docs", version: VERSION },
     {
       instructions: "Read MDN Web Docs pages. Use mdn_search to find a page's path, then mdn_doc to read it.",
       // As the Go SDK declares by default: clients may set a log level.
