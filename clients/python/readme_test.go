@@ -77,13 +77,19 @@ func TestREADMEOtherLanguages(t *testing.T) {
 				t.Errorf("python example printed %q; want the status and content type", out)
 			}
 			ran = append(ran, "python")
+		case lang == "sh" && strings.HasPrefix(code, "sudo apt-get install "):
+			// make deps installs them.
+			ran = append(ran, "apt")
 		case lang == "sh" && strings.Contains(code, "pip install"):
-			// TestPipInstall runs these steps (without apt-get) offline.
-			for _, want := range []string{"venv --system-site-packages", "pip install --no-build-isolation --no-index ./clients/python"} {
+			// TestPipInstall runs these steps offline; deploy's
+			// TestDocExamples runs the block as written, the command line
+			// from the venv it installs into.
+			for _, want := range []string{"venv --system-site-packages", "pip install --no-build-isolation --no-index ./clients/python", ".venv/bin/python -m coordd get"} {
 				if !strings.Contains(code, want) {
 					t.Errorf("the install example lacks %q, which TestPipInstall runs", want)
 				}
 			}
+			ran = append(ran, "install")
 		case lang == "sh" && strings.Contains(code, "python3 -m coordd"):
 			run(dir, "bash", "-euo", "pipefail", "-c", replacer.Replace(code))
 			if got, _ := os.ReadFile(filepath.Join(dir, "http.json")); string(got) != body {
@@ -103,8 +109,8 @@ func TestREADMEOtherLanguages(t *testing.T) {
 			t.Errorf("an example this test does not run:\n%s", code)
 		}
 	}
-	if got := strings.Join(ran, ","); got != "python,cli,curl" {
-		t.Errorf("examples run: %s; want python,cli,curl", got)
+	if got := strings.Join(ran, ","); got != "python,apt,install,curl" {
+		t.Errorf("examples run: %s; want python,apt,install,curl", got)
 	}
 	if got := u.Count(readmeDoc); got != 1 {
 		t.Errorf("upstream requests = %d; want 1 (every example after the first is served from the cache)", got)

@@ -75,7 +75,7 @@ func TestWheelInstall(t *testing.T) {
 	// interpreter under test; not apt-get.
 	var lines []string
 	for _, line := range strings.Split(script, "\n") {
-		if strings.HasPrefix(line, "sudo apt-get ") {
+		if strings.HasPrefix(line, "sudo apt-get ") || strings.HasPrefix(line, "make dist-python") { // the wheel is built above
 			continue
 		}
 		lines = append(lines, line)

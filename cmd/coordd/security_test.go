@@ -42,7 +42,7 @@ func TestBadSecurityConfigNamesField(t *testing.T) {
 		{"tenant without tokens", "tenants:\n  - name: a\n    upstreams: [\"*\"]\n", "tenants[0] (a)"},
 		{"tokens_env unset", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_UNSET\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens_env"},
 		{"tokens_file missing", "tenants:\n  - name: a\n    tokens_file: /nonexistent/tokens\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens_file"},
-		{"short token", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_SHORT\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens[0]"},
+		{"short token", "tenants:\n  - name: a\n    tokens_env: COORDD_TEST_SHORT\n    upstreams: [\"*\"]\n", "tenants[0] (a).tokens_env: token 1 of $COORDD_TEST_SHORT: 5 bytes"},
 		{"bad tenant name", "tenants:\n  - name: a/b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[0].name"},
 		{"shared token", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n  - name: b\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n", "tenants[1] (b).tokens[0]"},
 		{"tenant weight 0", "tenants:\n  - name: a\n    tokens: [" + secret + "]\n    upstreams: [\"*\"]\n    weight: 0\n", "tenants[0] (a).weight"},
