@@ -29,7 +29,6 @@ function durationFromMs(ms: number): Duration {
 export { Code, ConnectError };
 export * from "./gen/coordd/v1/coordd_pb.js";
 export { BodyTooLargeError, UnreachableError } from "./errors.js";
-export { createFetch, NotCarriedError, PRIORITY_HEADER, type FetchFunction, type FetchOptions } from "./fetch.js";
 
 /** DEFAULT_ADDR is where coordd listens by default. */
 export const DEFAULT_ADDR = "127.0.0.1:50051";

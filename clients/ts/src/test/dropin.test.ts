@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 
 import { Octokit } from "@octokit/rest";
 
-import { CoorddClient, createFetch, NotCarriedError, UnreachableError, type FetchFunction } from "../client.js";
+import { CoorddClient, createFetch, NotCarriedError, UnreachableError, type FetchFunction } from "../index.js";
 import { freePort, startCoordd, startFakeAPI, startRedis, type Coordd, type FakeAPI, type Redis } from "./harness.js";
 import type { Job, Result } from "./octokitworker.js";
 

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Code, ConnectError, CoorddClient, createFetch, NotCarriedError, Priority, PRIORITY_HEADER, Source, UnreachableError, type FetchFunction } from "../client.js";
+import { Code, ConnectError, CoorddClient, createFetch, NotCarriedError, Priority, PRIORITY_HEADER, Source, UnreachableError, type FetchFunction } from "../index.js";
 import { freePort } from "./harness.js";
 import { chunk, document, failure, gate, metadata, startStub, untilAborted, type Stub } from "./stubcoordd.js";
 

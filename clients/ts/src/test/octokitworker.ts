@@ -8,7 +8,7 @@
 
 import { createInterface } from "node:readline";
 
-import { CoorddClient, createFetch } from "../client.js";
+import { CoorddClient, createFetch } from "../index.js";
 
 // The one line of adoption, before the server's code loads.
 globalThis.fetch = createFetch(new CoorddClient(process.env["COORDD_ADDR"]));

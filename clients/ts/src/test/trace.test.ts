@@ -9,7 +9,7 @@ import { after, before, test } from "node:test";
 
 import { context, createTraceState, ROOT_CONTEXT, trace, TraceFlags, type Context, type ContextManager } from "@opentelemetry/api";
 
-import { CoorddClient, createFetch } from "../client.js";
+import { CoorddClient, createFetch } from "../index.js";
 import { document, startStub, type Stub } from "./stubcoordd.js";
 
 /** AsyncLocalContextManager is the SDK's AsyncLocalStorage context manager
