@@ -36,11 +36,7 @@ func (fc *fileConfig) metricsTokens() ([]string, error) {
 		}
 		return nil, nil
 	}
-	toks, err := readTokens("config: metrics_auth", ma.TokensEnv, ma.TokensFile, ma.Tokens)
-	if err != nil {
-		return nil, err
-	}
-	return toks, nil
+	return readTokens("config: metrics_auth", ma.TokensEnv, ma.TokensFile, ma.Tokens)
 }
 
 // readTokens reads the tokens of field from the environment variable env,

@@ -48,7 +48,7 @@ func current(stamped string, bi *debug.BuildInfo) string {
 // isTag reports whether v is a release tag: not "(devel)", empty, a
 // pseudo-version (v0.0.0-20260102030405-3f2c0e9d) or a +dirty build.
 func isTag(v string) bool {
-	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+") && strings.Count(v, "-") < 2 && v != ""
+	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+") && strings.Count(v, "-") < 2
 }
 
 // String is the line that program's --version prints:
