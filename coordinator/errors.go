@@ -39,6 +39,29 @@ var (
 	ErrClosed = errors.New("coordinator: closed")
 )
 
+// The kinds of ErrForbidden, for a door to tell its callers which one
+// (a drop-in client does not carry a request outside every upstream, or
+// with a credential its upstream refuses, but it must not route around a
+// tenant's grants). An error of each kind is also ErrForbidden.
+var (
+	// ErrOutsideUpstreams: the url is outside every configured upstream.
+	ErrOutsideUpstreams = errors.New("coordinator: outside every configured upstream")
+	// ErrCallerCredentialsRefused: the request carries a caller's
+	// credential and its upstream does not accept caller credentials.
+	ErrCallerCredentialsRefused = errors.New("coordinator: caller credentials refused")
+	// ErrNotGranted: the caller's Scope does not grant the upstream.
+	ErrNotGranted = errors.New("coordinator: upstream not granted")
+)
+
+// kindError is err, also of kind: its message is err's alone.
+type kindError struct{ err, kind error }
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.err, e.kind} }
+
+// ofKind returns err as also being kind (errors.Is finds both).
+func ofKind(err, kind error) error { return &kindError{err: err, kind: kind} }
+
 // errorKind names a sentinel on the wire between instances, so that a
 // follower on another instance gets the same class of error as the leader.
 func errorKind(err error) string {

@@ -59,5 +59,5 @@ func (s Scope) validate() error {
 }
 
 func notGranted(s Scope, upstream string) error {
-	return fmt.Errorf("%w: upstream %q is not granted to tenant %q", ErrForbidden, upstream, s.Tenant)
+	return ofKind(fmt.Errorf("%w: upstream %q is not granted to tenant %q", ErrForbidden, upstream, s.Tenant), ErrNotGranted)
 }

@@ -95,7 +95,7 @@ func (c *Coordinator) scopeTarget(t *Target, s Scope, r Request) error {
 	up := t.upstream
 	if !r.Credential.IsZero() {
 		if !up.CallerCredentials {
-			return fmt.Errorf("%w: upstream %q does not accept caller credentials", ErrForbidden, up.Name)
+			return ofKind(fmt.Errorf("%w: upstream %q does not accept caller credentials", ErrForbidden, up.Name), ErrCallerCredentialsRefused)
 		}
 		if err := upstream.CheckCredential(r.Credential.Reveal()); err != nil {
 			return invalid("credential %v", err)
@@ -175,7 +175,7 @@ func (c *Coordinator) ResolveInvalidationIn(s Scope, r Request) ([]Target, error
 		ts = append(ts, t)
 	}
 	if len(ts) == 0 {
-		return nil, fmt.Errorf("%w: tenant %q is granted no upstream", ErrForbidden, s.Tenant)
+		return nil, ofKind(fmt.Errorf("%w: tenant %q is granted no upstream", ErrForbidden, s.Tenant), ErrNotGranted)
 	}
 	return ts, nil
 }

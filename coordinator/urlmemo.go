@@ -64,5 +64,5 @@ func (c *Coordinator) canonical(raw string) (string, *Upstream, error) {
 // url has no userinfo (CanonicalURL refuses it), so it is its own
 // redacted form.
 func outside(url string) error {
-	return fmt.Errorf("%w: url %s is outside every configured upstream", ErrForbidden, url)
+	return ofKind(fmt.Errorf("%w: url %s is outside every configured upstream", ErrForbidden, url), ErrOutsideUpstreams)
 }

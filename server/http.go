@@ -17,13 +17,13 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
 	"github.com/coordd/coordd/internal/document"
+	"github.com/coordd/coordd/internal/httprender"
 	"github.com/coordd/coordd/internal/logctx"
 	"github.com/coordd/coordd/internal/requestid"
 	"github.com/coordd/coordd/internal/secret"
@@ -53,12 +53,14 @@ const (
 
 // Response headers of the HTTP door besides the standard ones.
 const (
-	// HTTPSourceHeader tells where a document came from: l1, l2,
-	// upstream, or stale (a stale copy from either tier). Only answers
-	// carrying a document have it; coordd's own errors do not.
-	HTTPSourceHeader = "X-Coordd-Source"
+	// HTTPSourceHeader tells where a document came from: l1, l2 or
+	// upstream; HTTPStaleHeader whether the copy is stale. Only answers
+	// carrying a document have them; coordd's own errors do not. The
+	// door's fields are those of coordd's one rendering (httprender).
+	HTTPSourceHeader = httprender.SourceHeader
+	HTTPStaleHeader  = httprender.StaleHeader
 	// HTTPKeyHeader is the document's cache key.
-	HTTPKeyHeader = "X-Coordd-Key"
+	HTTPKeyHeader = httprender.KeyHeader
 	// HTTPRequestIDHeader is the call's request id, as RequestIDHeader
 	// over gRPC.
 	HTTPRequestIDHeader = "X-Request-Id"
@@ -73,21 +75,23 @@ const (
 	HTTPPriorityHeader = "X-Coordd-Priority"
 )
 
-// doorSets are the response headers the door sets itself, never copied
-// from the upstream's.
-var doorSets = map[string]bool{
-	"Content-Type": true, "Etag": true, "Last-Modified": true, "Cache-Control": true, "Age": true,
-	"Content-Length": true, "X-Content-Type-Options": true, HTTPSourceHeader: true, HTTPKeyHeader: true,
-	HTTPRequestIDHeader: true, "Connection": true, "Date": true,
+// doorSets reports whether the door sets the response header name itself,
+// never copying the upstream's: the rendering's own fields, and the door's.
+func doorSets(name string) bool {
+	switch name {
+	case "X-Content-Type-Options", HTTPRequestIDHeader, "Connection", "Date":
+		return true
+	}
+	return httprender.Owned(name)
 }
 
-// cacheControl is the Cache-Control the door sends with d, so that a
+// cacheControl is the Cache-Control coordd gives d (Metadata.cache_control, and the door's), so that a
 // cache between it and the caller keeps d no longer than coordd serves
 // it fresh: max-age is d's fresh lifetime (with Age, what is left of it),
 // private when d is one credential scope's, and no-cache or
 // must-revalidate as d's Revalidation says. A copy that was never fresh,
 // or is not stored, is no-store.
-func cacheControl(d *document.Document, now time.Time, private bool) string {
+func cacheControl(d *document.Document, private bool) string {
 	life := d.FreshUntil.Sub(d.FetchedAt)
 	if life <= 0 || !d.StaleUntil.After(d.FetchedAt) {
 		if private {
@@ -285,41 +289,22 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	d := res.Doc
 	hd := w.Header()
 	for _, f := range d.Header {
-		if !doorSets[f.Name] {
+		if !doorSets(f.Name) {
 			hd[f.Name] = append(hd[f.Name], f.Value)
 		}
 	}
-	now := h.s.c.Now()
-	hd.Set("Cache-Control", cacheControl(d, now, t.Private()))
-	source := res.Source.String()
-	if res.Stale {
-		source = "stale"
-	}
-	hd.Set(HTTPSourceHeader, source)
-	hd.Set(HTTPKeyHeader, d.Key)
-	hd.Set("Age", strconv.FormatInt(int64(d.Age(now)/time.Second), 10))
-	hd.Set("X-Content-Type-Options", "nosniff") // the upstream's type, never a sniffed one
-	if d.ContentType != "" {
-		hd.Set("Content-Type", d.ContentType)
-	} else {
+	code := httprender.SetDocument(hd, documentOf(res, t.Private(), h.s.c.Now()))
+	// The door's own, for a browser: the upstream's type, never a sniffed one.
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if d.ContentType == "" {
 		hd.Set("Content-Type", "application/octet-stream")
-	}
-	if d.ETag != "" {
-		hd.Set("ETag", d.ETag)
-	}
-	if d.LastModified != "" {
-		hd.Set("Last-Modified", d.LastModified)
-	}
-	code := d.StatusCode
-	if code < 200 || code > 599 {
-		code = http.StatusBadGateway // nothing coordd delivers; never a 1xx
 	}
 	if code/100 == 2 && d.ETag != "" && etagMatches(r.Header.Values("If-None-Match"), d.ETag) {
 		hd.Del("Content-Type")
+		hd.Del("Content-Length")
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	hd.Set("Content-Length", strconv.Itoa(len(d.Body)))
 	w.WriteHeader(code)
 	if r.Method != http.MethodHead {
 		// The document's shared body, never copied for this caller: a write
@@ -328,6 +313,18 @@ func (h *httpDoor) get(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		_, _ = w.Write(d.Body)
 	}
 	return nil
+}
+
+// documentOf is what coordd says of res's document at now: what
+// metadataPB says, without building the message (a test holds the two
+// together).
+func documentOf(res *coordinator.Result, private bool, now time.Time) httprender.Document {
+	d := res.Doc
+	return httprender.Document{
+		StatusCode: d.StatusCode, ContentType: d.ContentType, ETag: d.ETag, LastModified: d.LastModified,
+		Size: int64(len(d.Body)), Age: d.Age(now), Source: httprender.SourceName(sourcePB(res.Source)), Stale: res.Stale,
+		Key: d.Key, Upstream: d.Upstream, CacheControl: cacheControl(d, private),
+	}
 }
 
 // invalidate answers POST /v1/invalidate.
@@ -531,91 +528,23 @@ func httpError(httpStatus int, code codes.Code, format string, args ...any) erro
 	return &doorError{status: httpStatus, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// httpStatusOf is the HTTP status for a gRPC code; wait is the RetryInfo
-// delay the status carries, if any. An UNAVAILABLE that says when to ask
-// again (an open breaker) is 429 like RESOURCE_EXHAUSTED: the upstream's
-// protection says wait, and Retry-After says how long.
-func httpStatusOf(c codes.Code, wait time.Duration) int {
-	switch c {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.FailedPrecondition:
-		return http.StatusRequestEntityTooLarge // the body is over max_body_bytes
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unavailable:
-		if wait > 0 {
-			return http.StatusTooManyRequests
-		}
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.Canceled:
-		return 499 // the caller closed the request; no one reads it
-	}
-	return http.StatusInternalServerError
-}
-
-// writeError writes err as a status and a small JSON body, in the shape of
-// Google's HTTP APIs' errors, and returns its gRPC code for the call log:
-//
-//	{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "…", "retry_after_seconds": 2}}
+// writeError writes err as coordd's one rendering of an error
+// (httprender.SetError: the status, Retry-After, X-Coordd-Error and the
+// JSON body) and returns its gRPC code for the call log. A doorError
+// keeps its own status.
 func writeError(w http.ResponseWriter, err error) codes.Code {
 	var de *doorError
-	var httpStatus int
-	var c codes.Code
-	var wait time.Duration
-	var msg string
+	var e httprender.Error
+	httpStatus := 0
 	if errors.As(err, &de) {
-		httpStatus, c, msg = de.status, de.code, de.msg
+		httpStatus, e = de.status, httprender.Error{Code: de.code, Message: de.msg}
 	} else {
-		st := status.Convert(err)
-		c, msg = st.Code(), st.Message()
-		for _, d := range st.Details() {
-			if ri, ok := d.(*errdetails.RetryInfo); ok {
-				wait = ri.GetRetryDelay().AsDuration()
-			}
-		}
-		httpStatus = httpStatusOf(c, wait)
+		e = httprender.FromStatus(status.Convert(err))
 	}
-	type body struct {
-		Code       int    `json:"code"`
-		Status     string `json:"status"`
-		Message    string `json:"message"`
-		RetryAfter int64  `json:"retry_after_seconds,omitempty"`
-	}
-	b := body{Code: httpStatus, Status: codeName(c), Message: msg}
-	if httpStatus == http.StatusTooManyRequests || (httpStatus == http.StatusServiceUnavailable && wait > 0) {
-		// Whole seconds, rounded up: never sooner than coordd asked.
-		secs := max(int64(math.Ceil(wait.Seconds())), 1)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		b.RetryAfter = secs
-	}
-	if c == codes.Unauthenticated {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="coordd"`)
-	}
-	_ = writeJSON(w, httpStatus, struct {
-		Error body `json:"error"`
-	}{b})
-	return c
-}
-
-// codeName is c's name as in google.rpc.Code: PERMISSION_DENIED.
-func codeName(c codes.Code) string {
-	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return strings.ToUpper(b.String())
+	httpStatus, body := httprender.SetError(w.Header(), e, httpStatus)
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(body)
+	return e.Code
 }
 
 func writeJSON(w http.ResponseWriter, httpStatus int, v any) error {

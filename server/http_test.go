@@ -72,6 +72,7 @@ type httpErrorBody struct {
 	Error struct {
 		Code       int    `json:"code"`
 		Status     string `json:"status"`
+		Reason     string `json:"reason"`
 		Message    string `json:"message"`
 		RetryAfter int64  `json:"retry_after_seconds"`
 	} `json:"error"`
@@ -297,23 +298,29 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 	u.Set("/docs/down", fakeupstream.Status(http.StatusInternalServerError))
 	a := httpGetDoc(t, ctx, in, u.URL()+"/docs/down", nil)
-	checkHTTPError(t, a, http.StatusServiceUnavailable)
-	if a.header.Get("Retry-After") != "" {
-		t.Errorf("503 without a known wait has Retry-After %q", a.header.Get("Retry-After"))
+	if eb := checkHTTPError(t, a, http.StatusServiceUnavailable); eb.Error.Reason != "UPSTREAM_UNAVAILABLE" {
+		t.Errorf("503: reason %q; want UPSTREAM_UNAVAILABLE", eb.Error.Reason)
+	}
+	if a.header.Get("Retry-After") != "1" {
+		t.Errorf("503 without a known wait has Retry-After %q; want 1", a.header.Get("Retry-After"))
 	}
 	u.Set("/docs/slow", fakeupstream.Hang())
 	a = httpDo(t, ctx, in, http.MethodGet, server.HTTPDocumentsPath, url.Values{"url": {u.URL() + "/docs/slow"}, "timeout": {"200ms"}}, nil, nil)
 	checkHTTPError(t, a, http.StatusGatewayTimeout)
 }
 
-// TestHTTPRetryAfter: an open breaker and an exhausted rate limit are 429
-// with Retry-After, in whole seconds, never below what coordd knows.
+// TestHTTPRetryAfter: an open breaker is 503 and an exhausted rate limit
+// 429 (testdata/http-rendering), with Retry-After in whole seconds, never
+// below what coordd knows, and the reason that tells them apart.
 func TestHTTPRetryAfter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	check := func(t *testing.T, a httpAnswer, atLeast, atMost int64) {
+	check := func(t *testing.T, a httpAnswer, status int, reason string, atLeast, atMost int64) {
 		t.Helper()
-		eb := checkHTTPError(t, a, http.StatusTooManyRequests)
+		eb := checkHTTPError(t, a, status)
+		if eb.Error.Reason != reason {
+			t.Errorf("reason %q; want %s", eb.Error.Reason, reason)
+		}
 		ra, err := strconv.ParseInt(a.header.Get("Retry-After"), 10, 64)
 		if err != nil || ra < atLeast || ra > atMost || eb.Error.RetryAfter != ra {
 			t.Errorf("Retry-After %q, retry_after_seconds %d; want whole seconds in [%d, %d], the same in both", a.header.Get("Retry-After"), eb.Error.RetryAfter, atLeast, atMost)
@@ -329,7 +336,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 		}})
 		u.Set(fakeupstream.AllPaths, fakeupstream.Status(http.StatusServiceUnavailable))
 		checkHTTPError(t, httpGetDoc(t, ctx, in, u.URL()+"/a", nil), http.StatusServiceUnavailable) // opens it
-		check(t, httpGetDoc(t, ctx, in, u.URL()+"/b", nil), 1, 30)
+		check(t, httpGetDoc(t, ctx, in, u.URL()+"/b", nil), http.StatusServiceUnavailable, "BREAKER_OPEN", 1, 30)
 		if got := u.Total(); got != 1 {
 			t.Errorf("upstream requests = %d; want 1 (the open breaker sends none)", got)
 		}
@@ -344,7 +351,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 		if a := httpGetDoc(t, ctx, in, u.URL()+"/a", nil); a.status != http.StatusOK {
 			t.Fatalf("first get: %d; want 200 (it takes the slot)", a.status)
 		}
-		check(t, httpGetDoc(t, ctx, in, u.URL()+"/b", nil), 1, 2)
+		check(t, httpGetDoc(t, ctx, in, u.URL()+"/b", nil), http.StatusTooManyRequests, "RATE_LIMITED", 1, 2)
 		if got := u.Count("/b"); got != 0 {
 			t.Errorf("the refused call reached the upstream %d times", got)
 		}

@@ -31,6 +31,7 @@ const (
 	metaAgeField          = 5
 	metaTTLField          = 11
 	metaPrivateField      = 13
+	metaCacheControlField = 14
 	durationSecondsField  = 1
 	durationNanosField    = 2
 )
@@ -42,6 +43,8 @@ type metaWire struct {
 	ok         bool // false: a field did not encode (invalid UTF-8); callers marshal the message and fail as that does
 	mid1, mid2 []byte
 	tail       []byte
+	// cache_control (14), for a public copy and for a private one.
+	ccPublic, ccPrivate []byte
 }
 
 // buildMetaWire encodes d's per-Document metadata fields; hdrs are d's
@@ -52,6 +55,8 @@ func buildMetaWire(d *coordinator.Document, hdrs []*coorddv1.Header) metaWire {
 	w.mid1, err1 = proto.Marshal(&coorddv1.Metadata{StatusCode: int32(d.StatusCode), ContentType: d.ContentType})
 	w.mid2, err2 = proto.Marshal(&coorddv1.Metadata{Size: int64(len(d.Body)), Key: d.Key, Upstream: d.Upstream, Etag: d.ETag, LastModified: d.LastModified})
 	w.tail, err3 = proto.Marshal(&coorddv1.Metadata{Headers: hdrs})
+	w.ccPublic = protowire.AppendString(protowire.AppendTag(nil, metaCacheControlField, protowire.BytesType), cacheControl(d, false))
+	w.ccPrivate = protowire.AppendString(protowire.AppendTag(nil, metaCacheControlField, protowire.BytesType), cacheControl(d, true))
 	w.ok = err1 == nil && err2 == nil && err3 == nil
 	return w
 }
@@ -73,6 +78,7 @@ func metadataPB(res *coordinator.Result, private bool, now time.Time) *coorddv1.
 		Ttl:          durationpb.New(max(0, d.FreshUntil.Sub(now))),
 		Headers:      metaHeaders(d),
 		Private:      private,
+		CacheControl: cacheControl(d, private),
 	}}}
 }
 
@@ -93,9 +99,12 @@ func metadataMsg(res *coordinator.Result, private bool, now time.Time) any {
 	if res.Stale {
 		n += protowire.SizeTag(metaStaleField) + 1
 	}
+	cc := w.ccPublic
 	if private {
 		n += protowire.SizeTag(metaPrivateField) + 1
+		cc = w.ccPrivate
 	}
+	n += len(cc)
 	b := make([]byte, 0, protowire.SizeTag(responseMetadataField)+protowire.SizeBytes(n))
 	b = protowire.AppendTag(b, responseMetadataField, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
@@ -116,6 +125,7 @@ func metadataMsg(res *coordinator.Result, private bool, now time.Time) any {
 		b = protowire.AppendTag(b, metaPrivateField, protowire.VarintType)
 		b = protowire.AppendVarint(b, 1)
 	}
+	b = append(b, cc...)
 	return &frame{bufs: mem.BufferSlice{mem.SliceBuffer(b)}}
 }
 

@@ -9,9 +9,11 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/internal/httprender"
 )
 
 // toStatus chooses the gRPC status for an error from the coordinator: the
@@ -45,15 +47,45 @@ func toStatus(err error) error {
 		c = codes.Internal
 	}
 	st := status.New(c, err.Error())
+	var details []protoadapt.MessageV1
+	if r := reasonOf(err); r != "" {
+		// What the error is, for a client to act on without reading its
+		// message (a drop-in's fallback, say).
+		details = append(details, &errdetails.ErrorInfo{Reason: r, Domain: httprender.Domain})
+	}
 	var ra *coordinator.RetryAfterError
 	if errors.As(err, &ra) {
 		// Tell the client when asking again is worth it (breaker half-open,
 		// next rate-limit slot), as Google's APIs do.
-		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ra.After)}); derr == nil {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ra.After)})
+	}
+	if len(details) > 0 {
+		if d, derr := st.WithDetails(details...); derr == nil {
 			st = d
 		}
 	}
 	return st.Err()
+}
+
+// reasonOf is the ErrorInfo reason of an engine error, or "".
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, coordinator.ErrOutsideUpstreams):
+		return httprender.ReasonOutsideUpstreams
+	case errors.Is(err, coordinator.ErrCallerCredentialsRefused):
+		return httprender.ReasonCallerCredentialsRefused
+	case errors.Is(err, coordinator.ErrNotGranted):
+		return httprender.ReasonNotGranted
+	case errors.Is(err, coordinator.ErrRateLimited):
+		return httprender.ReasonRateLimited
+	case errors.Is(err, coordinator.ErrBreakerOpen):
+		return httprender.ReasonBreakerOpen
+	case errors.Is(err, coordinator.ErrTooLarge):
+		return httprender.ReasonTooLarge
+	case errors.Is(err, coordinator.ErrUnavailable):
+		return httprender.ReasonUpstreamUnavailable
+	}
+	return ""
 }
 
 // callerGone returns err as the caller's doing when the call's context ctx

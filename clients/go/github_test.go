@@ -304,7 +304,7 @@ func TestGitHubThroughTransport(t *testing.T) {
 		}))
 		defer elsewhere.Close()
 		gh := githubClient(t, env.httpClient(t, 0), elsewhere.URL+"/", tokBob)
-		if _, _, err := gh.Users.Get(ctx, ""); !errors.Is(err, coordd.ErrNotCarried) || !strings.Contains(err.Error(), "outside every upstream") {
+		if _, _, err := gh.Users.Get(ctx, ""); !errors.Is(err, coordd.ErrNotCarried) || !strings.Contains(err.Error(), "outside every configured upstream") {
 			t.Errorf("err = %v; want ErrNotCarried for a url outside every upstream", err)
 		}
 		gh = githubClient(t, env.httpClient(t, 0, coordd.WithFallback(direct(t))), elsewhere.URL+"/", tokBob)

@@ -2,21 +2,18 @@ package coordd
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"google.golang.org/genproto/googleapis/rpc/code"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
+	"github.com/coordd/coordd/internal/httprender"
 )
 
 // ErrNotCarried reports a request the Transport does not carry through
@@ -26,24 +23,28 @@ import (
 var ErrNotCarried = errors.New("coordd: request not carried")
 
 // Response headers the Transport adds with coordd's facts about a
-// document, besides the standard Age.
+// document, besides the standard Age and Cache-Control: those of coordd's
+// one rendering of an answer, which its HTTP door sends too (docs/api.md,
+// "One rendering").
 const (
 	// SourceHeader is where the document came from: l1 (the instance's
 	// memory), l2 (the shared cache, or another instance's fetch) or
 	// upstream (fetched for this call's flight).
-	SourceHeader = "X-Coordd-Source"
+	SourceHeader = httprender.SourceHeader
 	// StaleHeader is "true" for a stale copy (served while it is
 	// revalidated, or because the upstream failed), else "false".
-	StaleHeader = "X-Coordd-Stale"
+	StaleHeader = httprender.StaleHeader
 	// AgeHeader is how long ago coordd fetched the document from the
-	// upstream, in whole seconds.
-	AgeHeader = "X-Coordd-Age"
+	// upstream, in whole seconds (as Age).
+	AgeHeader = httprender.AgeHeader
+	// KeyHeader is the document's cache key.
+	KeyHeader = httprender.KeyHeader
 	// UpstreamHeader is the name of the configured upstream.
-	UpstreamHeader = "X-Coordd-Upstream"
-	// ErrorHeader is on the 503 the Transport makes when coordd cannot
-	// answer: the gRPC code's name and coordd's message, such as
-	// "UNAVAILABLE: coordinator: upstream unavailable: …".
-	ErrorHeader = "X-Coordd-Error"
+	UpstreamHeader = httprender.UpstreamHeader
+	// ErrorHeader is on the answer the Transport makes when coordd cannot
+	// deliver the document: the gRPC code's name and coordd's message,
+	// such as "UNAVAILABLE: coordinator: upstream unavailable: …".
+	ErrorHeader = httprender.ErrorHeader
 )
 
 // PriorityHeader is the request header that sets the priority of one
@@ -112,10 +113,12 @@ type transport struct {
 //
 // The response is the upstream's, as a plain HTTP client gets it: its
 // status (a 404 or a 429 is a response, not an error), its headers
-// (Metadata.headers, plus Content-Type, ETag and Last-Modified where the
-// upstream sent them, and Content-Length), coordd's facts in SourceHeader,
-// StaleHeader, AgeHeader and UpstreamHeader, and Age (the upstream's Age
-// plus the time since coordd fetched it). RoundTrip returns as soon as the
+// (Metadata.headers, with Content-Type, ETag, Last-Modified and
+// Content-Length from the metadata), coordd's facts in SourceHeader,
+// StaleHeader, AgeHeader, KeyHeader and UpstreamHeader, Age (the time
+// since coordd fetched it) and coordd's Cache-Control
+// (Metadata.cache_control: max-age is what coordd serves fresh), as
+// coordd's HTTP door renders it. RoundTrip returns as soon as the
 // metadata arrives; the body streams the chunks as they arrive. Closing the
 // body cancels the call, and so does the end of the request's context.
 //
@@ -127,23 +130,24 @@ type transport struct {
 // WithMaxBodyBytes does not apply: the body is never held whole.
 //
 // When coordd answers but cannot deliver the document (UNAVAILABLE: the
-// upstream is down with no stale copy, or its breaker is open;
-// RESOURCE_EXHAUSTED: no rate-limit slot before the deadline;
-// DEADLINE_EXCEEDED that is not the request's own), the response is a 503
-// with Retry-After (the status's RetryInfo delay in whole seconds, rounded
-// up; 1 without one) and ErrorHeader, and a JSON body
-// {"message": …, "error": {"code", "status", "message",
-// "retry_after_seconds"}} (the shape of coordd's HTTP door, plus a
-// top-level message), so that code checking the status behaves as it does
-// against the upstream.
+// upstream is down with no stale copy, or its breaker is open: 503;
+// RESOURCE_EXHAUSTED: no rate-limit slot before the deadline: 429;
+// DEADLINE_EXCEEDED that is not the request's own: 504), the response is
+// the one coordd's HTTP door gives: Retry-After on a 429 or 503 (the
+// status's RetryInfo delay in whole seconds, rounded up; 1 without one),
+// ErrorHeader, and a JSON body {"message": …, "error": {"code", "status",
+// "reason", "message", "retry_after_seconds"}}, so that code checking the
+// status behaves as it does against the upstream.
 //
 // Errors: when no coordd answers, RoundTrip fails with an error wrapping
 // ErrUnreachable (ErrCircuitOpen while failing fast) that is a net.Error,
 // as a network error of net/http's own transport is. A request it does
 // not carry fails with ErrNotCarried, or goes to the fallback
-// (WithFallback). The end of the request's context returns its error.
-// Any other refusal of coordd (INVALID_ARGUMENT, UNAUTHENTICATED,
-// PERMISSION_DENIED other than a url outside every upstream,
+// (WithFallback): so does one coordd refuses with the reason
+// OUTSIDE_UPSTREAMS or CALLER_CREDENTIALS_REFUSED (a google.rpc.ErrorInfo
+// detail; never its message). The end of the request's context returns
+// its error. Any other refusal of coordd (INVALID_ARGUMENT,
+// UNAUTHENTICATED, PERMISSION_DENIED for an upstream not granted,
 // FAILED_PRECONDITION for a body over the upstream's limit) is an error
 // wrapping its gRPC status.
 //
@@ -292,50 +296,30 @@ func (t *transport) failed(req *http.Request, err error) (*http.Response, error)
 		return nil, &netError{err}
 	}
 	st, _ := status.FromError(err)
-	switch st.Code() {
-	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
-		return unavailable(req, err, st), nil
-	case codes.PermissionDenied:
-		if strings.Contains(st.Message(), "outside every configured upstream") {
-			if t.fallback != nil {
-				return t.fallback.RoundTrip(withoutPriority(req))
-			}
-			return nil, fmt.Errorf("%w: %s %s: outside every upstream coordd is configured for (WithFallback names a transport for it): %w", ErrNotCarried, req.Method, redacted(req), err)
+	e := httprender.FromStatus(st)
+	switch {
+	case httprender.Answered(e.Code):
+		return errorResponse(req, e), nil
+	case httprender.NotCarried(e.Reason):
+		if t.fallback != nil {
+			return t.fallback.RoundTrip(withoutPriority(req))
 		}
+		return nil, fmt.Errorf("%w: %s %s: coordd does not carry it (WithFallback names a transport for it): %w", ErrNotCarried, req.Method, redacted(req), err)
 	}
 	return nil, fmt.Errorf("coordd: %s %s: %w", req.Method, redacted(req), err)
 }
 
-// httpResponse is the http.Response for s, the stream of req.
+// httpResponse is the http.Response for s, the stream of req: coordd's
+// one rendering of a document (httprender.SetDocument).
 func httpResponse(req *http.Request, s *stream) *http.Response {
 	md := s.md
-	h := make(http.Header, len(md.GetHeaders())+10)
+	h := make(http.Header, len(md.GetHeaders())+12)
 	for _, f := range md.GetHeaders() {
-		h.Add(f.GetName(), f.GetValue())
-	}
-	for name, v := range map[string]string{"Content-Type": md.GetContentType(), "Etag": md.GetEtag(), "Last-Modified": md.GetLastModified()} {
-		if v != "" && h.Get(name) == "" {
-			h.Set(name, v)
+		if name := http.CanonicalHeaderKey(f.GetName()); !httprender.Owned(name) || name == "Cache-Control" && md.GetCacheControl() == "" {
+			h.Add(f.GetName(), f.GetValue()) // the upstream's Cache-Control from a coordd that renders none
 		}
 	}
-	size := md.GetSize()
-	h.Set("Content-Length", strconv.FormatInt(size, 10))
-	age := int64(md.GetAge().AsDuration() / time.Second)
-	h.Set(AgeHeader, strconv.FormatInt(age, 10))
-	if up, err := strconv.ParseInt(h.Get("Age"), 10, 64); err == nil && up >= 0 {
-		// RFC 9111 4.2.3: the age the upstream reported, plus the time
-		// the answer spent in coordd since.
-		age += up
-	}
-	h.Set("Age", strconv.FormatInt(age, 10))
-	if src := sourceName(md.GetSource()); src != "" {
-		h.Set(SourceHeader, src)
-	}
-	h.Set(StaleHeader, strconv.FormatBool(md.GetStale()))
-	if up := md.GetUpstream(); up != "" {
-		h.Set(UpstreamHeader, up)
-	}
-	code := int(md.GetStatusCode())
+	code := httprender.SetDocument(h, httprender.FromMetadata(md))
 	res := &http.Response{
 		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
 		StatusCode:    code,
@@ -344,7 +328,7 @@ func httpResponse(req *http.Request, s *stream) *http.Response {
 		ProtoMinor:    1,
 		Header:        h,
 		Body:          s,
-		ContentLength: size,
+		ContentLength: md.GetSize(),
 		Request:       req,
 	}
 	if req.Method == http.MethodHead {
@@ -353,46 +337,15 @@ func httpResponse(req *http.Request, s *stream) *http.Response {
 	return res
 }
 
-// sourceName is the value of SourceHeader for src.
-func sourceName(src coorddv1.Source) string {
-	switch src {
-	case coorddv1.Source_SOURCE_L1:
-		return "l1"
-	case coorddv1.Source_SOURCE_L2:
-		return "l2"
-	case coorddv1.Source_SOURCE_UPSTREAM:
-		return "upstream"
-	}
-	return ""
-}
-
-// unavailable is the 503 for err, a status coordd answered that says it
-// cannot deliver the document now.
-func unavailable(req *http.Request, err error, st *status.Status) *http.Response {
-	secs := max(int64(math.Ceil(retryInfo(err).Seconds())), 1)
-	name := codeName(st.Code())
-	type detail struct {
-		Code       int    `json:"code"`
-		Status     string `json:"status"`
-		Message    string `json:"message"`
-		RetryAfter int64  `json:"retry_after_seconds"`
-	}
-	body, _ := json.Marshal(struct {
-		Message string `json:"message"`
-		Error   detail `json:"error"`
-	}{
-		Message: "coordd: " + name + ": " + st.Message(),
-		Error:   detail{Code: http.StatusServiceUnavailable, Status: name, Message: st.Message(), RetryAfter: secs},
-	})
-	body = append(body, '\n')
+// errorResponse is the response for e, an error coordd answered that says
+// it cannot deliver the document now: coordd's one rendering of an error
+// (httprender.SetError).
+func errorResponse(req *http.Request, e httprender.Error) *http.Response {
 	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Retry-After", strconv.FormatInt(secs, 10))
-	h.Set(ErrorHeader, headerValue(name+": "+st.Message()))
+	code, body := httprender.SetError(h, e, 0)
 	res := &http.Response{
-		Status:        "503 " + http.StatusText(http.StatusServiceUnavailable),
-		StatusCode:    http.StatusServiceUnavailable,
+		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
+		StatusCode:    code,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
@@ -410,27 +363,6 @@ func unavailable(req *http.Request, err error, st *status.Status) *http.Response
 type readCloser struct{ *bytes.Reader }
 
 func (readCloser) Close() error { return nil }
-
-// maxErrorHeader bounds the value of ErrorHeader.
-const maxErrorHeader = 1024
-
-// headerValue is v fit for a header value: control characters replaced by
-// spaces, and at most maxErrorHeader bytes.
-func headerValue(v string) string {
-	v = strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, v)
-	if len(v) > maxErrorHeader {
-		v = strings.ToValidUTF8(v[:maxErrorHeader], "")
-	}
-	return v
-}
-
-// codeName is c's name as in google.rpc.Code: PERMISSION_DENIED.
-func codeName(c codes.Code) string { return code.Code(c).String() }
 
 // netError is the Transport's error when no coordd answered. It wraps
 // ErrUnreachable and is a net.Error, as the errors of net/http's own

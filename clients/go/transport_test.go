@@ -187,8 +187,10 @@ func TestTransportRequest(t *testing.T) {
 	}
 }
 
-// TestTransportResponse: the upstream's status and headers, coordd's facts
-// and the document's own fields where the headers lack them.
+// TestTransportResponse: the upstream's status and headers, coordd's facts,
+// and the metadata's fields over the headers' fields of the same name
+// (as coordd's door renders them; an Age from the upstream is dropped by
+// coordd and, from an older one, replaced).
 func TestTransportResponse(t *testing.T) {
 	md := &coorddv1.Metadata{
 		StatusCode: 404, Size: 9, ContentType: "application/json", Etag: `"e1"`, LastModified: "Mon, 02 Jan 2006 15:04:05 GMT",
@@ -210,8 +212,8 @@ func TestTransportResponse(t *testing.T) {
 		t.Errorf("status %d %q, length %d; want 404 Not Found, 9", res.StatusCode, res.Status, res.ContentLength)
 	}
 	for name, want := range map[string]string{
-		"Link": `<https://x/2>; rel="next"`, "Content-Type": "application/json; charset=utf-8", "X-Ratelimit-Remaining": "4999",
-		"Etag": `"e1"`, "Last-Modified": "Mon, 02 Jan 2006 15:04:05 GMT", "Content-Length": "9", "Age": "64",
+		"Link": `<https://x/2>; rel="next"`, "Content-Type": "application/json", "X-Ratelimit-Remaining": "4999",
+		"Etag": `"e1"`, "Last-Modified": "Mon, 02 Jan 2006 15:04:05 GMT", "Content-Length": "9", "Age": "61",
 		coordd.SourceHeader: "l2", coordd.StaleHeader: "true", coordd.AgeHeader: "61", coordd.UpstreamHeader: "gh",
 	} {
 		if got := res.Header.Values(name); len(got) != 1 || got[0] != want {
@@ -416,35 +418,37 @@ func TestTransportBadStream(t *testing.T) {
 	}
 }
 
-// TestTransportUnavailable: what coordd cannot deliver now is a 503 with
-// Retry-After and X-Coordd-Error; its other refusals are errors.
+// TestTransportUnavailable: what coordd cannot deliver now is an answer
+// (503, 429 or 504) with X-Coordd-Error, and Retry-After on a 503 or 429;
+// its other refusals are errors (testdata/http-rendering has every row).
 func TestTransportUnavailable(t *testing.T) {
 	f := startFake(t)
 	hc := viaCoordd(t, f.addr, []coordd.Option{coordd.WithRetryPolicy(coordd.RetryPolicy{MaxAttempts: 1})})
 	for _, tc := range []struct {
 		name       string
 		st         *status.Status
+		code       int
 		retryAfter string
 		wantErr    string // X-Coordd-Error
 	}{
-		{"upstream down", status.New(codes.Unavailable, "coordinator: upstream unavailable: dial tcp: refused\r\nX-Evil: 1"), "1",
+		{"upstream down", status.New(codes.Unavailable, "coordinator: upstream unavailable: dial tcp: refused\r\nX-Evil: 1"), 503, "1",
 			"UNAVAILABLE: coordinator: upstream unavailable: dial tcp: refused  X-Evil: 1"},
-		{"breaker open", retryIn(codes.Unavailable, "coordinator: breaker open", 4*time.Second), "4", "UNAVAILABLE: coordinator: breaker open"},
-		{"rate limited", retryIn(codes.ResourceExhausted, "coordinator: rate limited", 1200*time.Millisecond), "2", "RESOURCE_EXHAUSTED: coordinator: rate limited"},
-		{"deadline", status.New(codes.DeadlineExceeded, "coordinator: waited too long"), "1", "DEADLINE_EXCEEDED: coordinator: waited too long"},
+		{"breaker open", retryIn(codes.Unavailable, "coordinator: breaker open", 4*time.Second), 503, "4", "UNAVAILABLE: coordinator: breaker open"},
+		{"rate limited", retryIn(codes.ResourceExhausted, "coordinator: rate limited", 1200*time.Millisecond), 429, "2", "RESOURCE_EXHAUSTED: coordinator: rate limited"},
+		{"deadline", status.New(codes.DeadlineExceeded, "coordinator: waited too long"), 504, "", "DEADLINE_EXCEEDED: coordinator: waited too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.script(failStatus(tc.st))
 			for _, method := range []string{http.MethodGet, http.MethodHead} {
 				res, err := get(t, hc, context.Background(), method, "https://docs.example/x", nil)
 				if err != nil {
-					t.Fatalf("%s: %v; want a 503", method, err)
+					t.Fatalf("%s: %v; want a %d", method, err, tc.code)
 				}
 				body, _ := io.ReadAll(res.Body)
 				res.Body.Close()
-				if res.StatusCode != 503 || res.Header.Get("Retry-After") != tc.retryAfter || res.Header.Get(coordd.ErrorHeader) != tc.wantErr {
-					t.Errorf("%s: %d, Retry-After %q, %s %q; want 503, %s, %q", method, res.StatusCode, res.Header.Get("Retry-After"),
-						coordd.ErrorHeader, res.Header.Get(coordd.ErrorHeader), tc.retryAfter, tc.wantErr)
+				if res.StatusCode != tc.code || res.Header.Get("Retry-After") != tc.retryAfter || res.Header.Get(coordd.ErrorHeader) != tc.wantErr {
+					t.Errorf("%s: %d, Retry-After %q, %s %q; want %d, %q, %q", method, res.StatusCode, res.Header.Get("Retry-After"),
+						coordd.ErrorHeader, res.Header.Get(coordd.ErrorHeader), tc.code, tc.retryAfter, tc.wantErr)
 				}
 				if method == http.MethodHead {
 					if len(body) != 0 {
@@ -460,7 +464,7 @@ func TestTransportUnavailable(t *testing.T) {
 						RetryAfter int    `json:"retry_after_seconds"`
 					} `json:"error"`
 				}
-				if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != 503 || e.Message == "" || e.Error.Status == "" || e.Error.RetryAfter < 1 {
+				if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != tc.code || e.Message == "" || e.Error.Status == "" || (e.Error.RetryAfter < 1) != (tc.retryAfter == "") {
 					t.Errorf("body %s (%v); want the JSON error", body, err)
 				}
 			}
@@ -501,7 +505,8 @@ func (r *recordingRT) RoundTrip(req *http.Request) (*http.Response, error) {
 // url outside every upstream fails with ErrNotCarried, without a call to
 // coordd for the first two, or goes to the fallback as it is.
 func TestTransportNotCarried(t *testing.T) {
-	outside := status.New(codes.PermissionDenied, "coordinator: forbidden: url https://elsewhere.example/ is outside every configured upstream")
+	outside, _ := status.New(codes.PermissionDenied, "coordinator: forbidden: url https://elsewhere.example/ is outside every configured upstream").
+		WithDetails(&errdetails.ErrorInfo{Reason: "OUTSIDE_UPSTREAMS", Domain: "coordd"})
 	f := startFake(t, failStatus(outside))
 	fb := &recordingRT{}
 	plain := viaCoordd(t, f.addr, nil)

@@ -87,11 +87,16 @@ class CoorddError(Exception):
     in a RetryInfo detail (its breaker turns half-open then, or its rate
     limit has a slot), or None."""
 
-    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None, retry_delay: Optional[float] = None):
+    def __init__(self, message: str, code: Optional[grpc.StatusCode] = None, retry_delay: Optional[float] = None,
+                 reason: Optional[str] = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.retry_delay = retry_delay
+        self.reason = reason
+        """The reason of coordd's google.rpc.ErrorInfo detail (domain
+        coordd): OUTSIDE_UPSTREAMS, RATE_LIMITED, BREAKER_OPEN, ... as
+        docs/api.md lists them, or None. Act on it, never on message."""
 
     def __str__(self) -> str:
         name = self.code.name if self.code is not None else type(self).__name__
@@ -173,8 +178,15 @@ _BY_CODE = {
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
-def retry_delay_of(trailing_metadata: Optional[Iterable[Tuple[str, object]]]) -> Optional[float]:
-    """The RetryInfo delay in the grpc-status-details-bin trailer, in seconds."""
+ERROR_DOMAIN = "coordd"
+"""The domain of coordd's google.rpc.ErrorInfo details."""
+
+
+def details_of(trailing_metadata: Optional[Iterable[Tuple[str, object]]]) -> Tuple[Optional[float], Optional[str]]:
+    """The RetryInfo delay (seconds) and coordd's ErrorInfo reason in the
+    grpc-status-details-bin trailer, each None when absent."""
+    delay: Optional[float] = None
+    reason: Optional[str] = None
     for k, v in trailing_metadata or ():
         if k != "grpc-status-details-bin":
             continue
@@ -182,13 +194,23 @@ def retry_delay_of(trailing_metadata: Optional[Iterable[Tuple[str, object]]]) ->
         try:
             st.ParseFromString(bytes(v))  # type: ignore[arg-type]
         except Exception:  # a trailer that does not decode tells nothing
-            return None
+            return None, None
         for d in st.details:
-            if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) and delay is None:
                 ri = error_details_pb2.RetryInfo()
                 d.Unpack(ri)
-                return min(ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9, MAX_RETRY_DELAY)
-    return None
+                delay = min(ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9, MAX_RETRY_DELAY)
+            elif d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and reason is None:
+                ei = error_details_pb2.ErrorInfo()
+                d.Unpack(ei)
+                if ei.domain == ERROR_DOMAIN and ei.reason:
+                    reason = ei.reason
+    return delay, reason
+
+
+def retry_delay_of(trailing_metadata: Optional[Iterable[Tuple[str, object]]]) -> Optional[float]:
+    """The RetryInfo delay in the grpc-status-details-bin trailer, in seconds."""
+    return details_of(trailing_metadata)[0]
 
 
 # gRPC's C core writes this into the debug string of every status that the
@@ -205,7 +227,8 @@ def error_from(code: grpc.StatusCode, details: Optional[str], trailing_metadata,
     cls = _BY_CODE.get(code, CoorddError)
     if code == grpc.StatusCode.UNAVAILABLE and debug_error_string is not None and _FROM_PEER not in debug_error_string:
         cls = UnreachableError
-    return cls(details or code.name, code, retry_delay_of(trailing_metadata))
+    delay, reason = details_of(trailing_metadata)
+    return cls(details or code.name, code, delay, reason)
 
 
 def error_of(e) -> CoorddError:

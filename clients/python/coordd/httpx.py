@@ -17,19 +17,23 @@ sent nowhere, to coordd's headers or the fallback; without one, the
 transport's priority applies. Any other value fails the request with
 RefusedError. The response answers as the upstream did:
 its status (a 404 or a 429 is a response), its headers, its body streamed
-as coordd's chunks arrive, and coordd's facts in X-Coordd-Source,
-X-Coordd-Stale, X-Coordd-Age and X-Coordd-Upstream, with a standard Age.
+as coordd's chunks arrive, coordd's Cache-Control and Age, and coordd's
+facts in X-Coordd-Source, X-Coordd-Stale, X-Coordd-Age, X-Coordd-Key and
+X-Coordd-Upstream: coordd's one rendering (docs/api.md), as its HTTP door
+gives it.
 
 Anything else goes to the fallback transport, if one was given, or fails
 with UnsupportedRequestError (an httpx.UnsupportedProtocol) saying why:
 another method, a body, a scheme other than http(s), a URL outside every
 upstream coordd serves, a credential the upstream does not take from
-callers. coordd is never bypassed otherwise.
+callers (the last two told by coordd's reason, never its message). coordd
+is never bypassed otherwise.
 
 When coordd cannot answer (UNAVAILABLE from coordd: the upstream down with
 no stale copy, its breaker open; RESOURCE_EXHAUSTED: its rate limit;
-DEADLINE_EXCEEDED) the response is a 503 with Retry-After and
-X-Coordd-Error, as an API's own gateway would answer, so that
+DEADLINE_EXCEEDED) the response is a 503, 429 or 504 with X-Coordd-Error
+and coordd's JSON error body, Retry-After on a 503 or 429, as coordd's HTTP
+door answers, so that
 raise_for_status and retry code behave as they do against the API. When no
 coordd answers at all the request fails with httpx.ConnectError, as for a
 network error. coordd's other refusals (its token, a malformed request, a
@@ -57,12 +61,26 @@ PRIORITY_HEADER = "X-Coordd-Priority"
 "background". coordd's HTTP door reads the same header."""
 
 DEFAULT_RETRY_AFTER = 1
-"""Retry-After, in seconds, of a 503 whose status carried no RetryInfo."""
+"""Retry-After, in seconds, of a 503 or 429 whose status carried no RetryInfo."""
 
-# coordd's PERMISSION_DENIED for a request it cannot carry, as opposed to
-# one it refuses (a tenant not granted the upstream): the messages of
-# coordinator.ResolveRequest.
-_NOT_CARRIED = ("outside every configured upstream", "does not accept caller credentials")
+# The reasons (coordd's ErrorInfo) of a refusal that means coordd does
+# not carry the request, as opposed to one it refuses (a tenant not
+# granted the upstream): decided by reason, never by message.
+_NOT_CARRIED = frozenset({"OUTSIDE_UPSTREAMS", "CALLER_CREDENTIALS_REFUSED"})
+
+# The fields coordd sets on a document's answer, never the upstream's.
+_OWNED = frozenset({"content-type", "etag", "last-modified", "cache-control", "age", "content-length",
+                    "x-coordd-source", "x-coordd-stale", "x-coordd-age", "x-coordd-key", "x-coordd-upstream",
+                    "x-coordd-error"})
+
+# The HTTP status of each gRPC code (docs/api.md, "One rendering").
+_HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.FAILED_PRECONDITION: 413, grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 499, grpc.StatusCode.UNIMPLEMENTED: 405,
+}
 
 # The codes for which coordd itself answered that it cannot answer now.
 _UNAVAILABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -290,69 +308,85 @@ def _grpc_request(request: httpx.Request, opts: _Options, priority: Optional[str
 
 
 def _failed(request: httpx.Request, err: c.CoorddError) -> Union[httpx.Response, str]:
-    """What a call that failed before its metadata gives: a 503 response,
-    a reason why coordd cannot carry the request (for the fallback), or an
-    exception raised here."""
+    """What a call that failed before its metadata gives: a response (coordd
+    cannot answer now), a reason why coordd does not carry the request (for
+    the fallback), or an exception raised here."""
     if isinstance(err, c.UnreachableError):
         raise httpx.ConnectError(f"coordd unreachable: {err.message}", request=request) from err
     if err.code in _UNAVAILABLE:
-        return _unavailable(request, err)
-    if err.code == grpc.StatusCode.PERMISSION_DENIED and any(s in err.message for s in _NOT_CARRIED):
-        return f"coordd cannot carry {request.method} {_redacted(request.url)}: {err}"
+        return _error_response(request, err)
+    if err.reason in _NOT_CARRIED:
+        return f"coordd does not carry {request.method} {_redacted(request.url)}: {err}"
     raise RefusedError(f"coordd refused {request.method} {_redacted(request.url)}: {err}",
                        request=request, coordd_error=err) from err
 
 
-def _unavailable(request: httpx.Request, err: c.CoorddError) -> httpx.Response:
-    """A 503 for a call coordd could not answer: Retry-After is the
-    RetryInfo's delay in whole seconds, rounded up (DEFAULT_RETRY_AFTER
-    without one), X-Coordd-Error the status; the body is the JSON of
-    coordd's HTTP door."""
-    retry_after = max(math.ceil(err.retry_delay), 1) if err.retry_delay else DEFAULT_RETRY_AFTER
-    status = err.code.name if err.code is not None else "UNAVAILABLE"
-    body = json.dumps({"error": {"code": 503, "status": status, "message": err.message,
-                                 "retry_after_seconds": retry_after}}).encode() + b"\n"
-    headers = [
+def _render_error(err: c.CoorddError) -> Tuple[int, List[Tuple[bytes, bytes]], bytes]:
+    """coordd's one rendering of an error (docs/api.md, "One rendering"):
+    its status, header fields and JSON body. A 429 or 503 has Retry-After,
+    the RetryInfo's delay in whole seconds, rounded up (DEFAULT_RETRY_AFTER
+    without one)."""
+    status = _HTTP_STATUS.get(err.code, 500) if err.code is not None else 503
+    name = err.code.name if err.code is not None else "UNAVAILABLE"
+    detail: dict = {"code": status, "status": name}
+    if err.reason:
+        detail["reason"] = err.reason
+    detail["message"] = err.message
+    headers: List[Tuple[bytes, bytes]] = []
+    if status in (429, 503):
+        retry_after = max(math.ceil(err.retry_delay), 1) if err.retry_delay else DEFAULT_RETRY_AFTER
+        detail["retry_after_seconds"] = retry_after
+        headers.append((b"Retry-After", str(retry_after).encode()))
+    if err.code == grpc.StatusCode.UNAUTHENTICATED:
+        headers.append((b"WWW-Authenticate", b'Bearer realm="coordd"'))
+    body = json.dumps({"message": f"coordd: {name}: {err.message}", "error": detail}).encode() + b"\n"
+    headers += [
         (b"Content-Type", b"application/json"),
         (b"Content-Length", str(len(body)).encode()),
-        (b"Retry-After", str(retry_after).encode()),
-        (b"X-Coordd-Error", _header_value(str(err))),
+        (b"X-Coordd-Error", _header_value(f"{name}: {err.message}")),
     ]
-    return httpx.Response(503, headers=headers, content=body, request=request)
+    return status, headers, body
+
+
+def _error_response(request: httpx.Request, err: c.CoorddError) -> httpx.Response:
+    """The answer to a call coordd could not answer now."""
+    status, headers, body = _render_error(err)
+    return httpx.Response(status, headers=headers, content=body, request=request)
+
+
+def _render_document(md) -> Tuple[int, List[Tuple[bytes, bytes]]]:
+    """coordd's one rendering of a document: its status (502 for one
+    outside 200-599) and header fields, the upstream's but those coordd
+    sets, then coordd's."""
+    age = str(max(md.age.seconds, 0)).encode()  # whole seconds, rounded down, as HTTP's Age
+    headers: List[Tuple[bytes, bytes]] = []
+    for h in md.headers:
+        name = h.name.lower()
+        # The upstream's Cache-Control only from a coordd that renders none.
+        if name not in _OWNED or (name == "cache-control" and not md.cache_control):
+            headers.append((h.name.encode("latin-1", "replace"), _header_value(h.value)))
+    for name, value in ((b"Content-Type", md.content_type), (b"ETag", md.etag),
+                        (b"Last-Modified", md.last_modified), (b"Cache-Control", md.cache_control)):
+        if value:
+            headers.append((name, _header_value(value)))
+    headers += [(b"Content-Length", str(md.size).encode()), (b"Age", age), (b"X-Coordd-Age", age)]
+    source = c.source_name(md.source) if md.source else ""
+    if source:
+        headers.append((b"X-Coordd-Source", source.encode()))
+    headers.append((b"X-Coordd-Stale", b"true" if md.stale else b"false"))
+    if md.key:
+        headers.append((b"X-Coordd-Key", _header_value(md.key)))
+    if md.upstream:
+        headers.append((b"X-Coordd-Upstream", _header_value(md.upstream)))
+    status = md.status_code if 200 <= md.status_code <= 599 else 502
+    return status, headers
 
 
 def _response(request: httpx.Request, opened: c.Opened, stream) -> httpx.Response:
-    """The upstream's answer: its status, its headers (with Content-Type,
-    ETag and Last-Modified from the metadata if they are missing, and
-    Content-Length the size), coordd's X-Coordd-* facts and Age."""
-    md = opened.metadata
-    age = md.age.seconds  # whole seconds, rounded down, as HTTP's Age
-    headers: List[Tuple[bytes, bytes]] = []
-    have = set()
-    upstream_age = 0
-    for h in md.headers:
-        name = h.name.lower()
-        if name == "content-length":
-            continue
-        if name == "age":  # the upstream's own cache's age: coordd's adds to it (RFC 9111 4.2.3)
-            if h.value.strip().isdigit():
-                upstream_age = int(h.value.strip())
-            continue
-        have.add(name)
-        headers.append((h.name.encode("latin-1", "replace"), _header_value(h.value)))
-    for name, value in (("Content-Type", md.content_type), ("ETag", md.etag), ("Last-Modified", md.last_modified)):
-        if value and name.lower() not in have:
-            headers.append((name.encode(), _header_value(value)))
-    headers += [
-        (b"Content-Length", str(md.size).encode()),
-        (b"Age", str(upstream_age + age).encode()),
-        (b"X-Coordd-Source", c.source_name(md.source).encode()),
-        (b"X-Coordd-Stale", b"true" if md.stale else b"false"),
-        (b"X-Coordd-Age", str(age).encode()),
-        (b"X-Coordd-Upstream", _header_value(md.upstream)),
-    ]
-    return httpx.Response(md.status_code, headers=headers, stream=stream, request=request,
-                          extensions={"coordd_metadata": md})
+    """The upstream's answer as coordd renders it (_render_document)."""
+    status, headers = _render_document(opened.metadata)
+    return httpx.Response(status, headers=headers, stream=stream, request=request,
+                          extensions={"coordd_metadata": opened.metadata})
 
 
 def _header_value(s: str) -> bytes:

@@ -2,17 +2,17 @@
 // for fetch (an SDK, a server's own calls) gets through coordd with one
 // line: globalThis.fetch = createFetch(client). It answers as Node's fetch
 // does: the upstream's status, headers and body (a 404 is a response, not
-// an error), a 503 when coordd cannot answer, a TypeError("fetch failed")
+// an error), a 503, 429 or 504 when coordd cannot answer (render.ts: the
+// rendering coordd's HTTP door gives too), a TypeError("fetch failed")
 // when coordd itself cannot be reached.
 
 import { STATUS_CODES } from "node:http";
 
-import { Code, ConnectError } from "@connectrpc/connect";
+import { ConnectError } from "@connectrpc/connect";
 
 import type { CallPriority, CoorddClient, DocumentStream, RetryOptions } from "./client.js";
 import { UnreachableError } from "./errors.js";
-import { Source, type Metadata } from "./gen/coordd/v1/coordd_pb.js";
-import { retryDelayMs } from "./retryinfo.js";
+import { answered, codeName, notCarried as isNotCarried, renderDocument, renderError } from "./render.js";
 
 /** FetchFunction is fetch's signature: globalThis.fetch can be one. */
 export type FetchFunction = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
@@ -38,9 +38,10 @@ export interface FetchOptions {
   /** retry overrides the client's RetryOptions for these calls. Default:
    * the client's, with maxRetryInfoWaitMs 0: an error from coordd that
    * says when to ask again (a RetryInfo: its breaker open, its rate limit)
-   * is answered at once, as a 503 whose Retry-After says it, for the
-   * caller to decide; other Unavailable errors, and an unreachable coordd,
-   * are retried as the client says before the 503 or the TypeError. */
+   * is answered at once, as a 503 or 429 whose Retry-After says it, for
+   * the caller to decide; other Unavailable errors, and an unreachable
+   * coordd, are retried as the client says before the 503 or the
+   * TypeError. */
   retry?: RetryOptions;
   /** priority is that of the requests without an X-Coordd-Priority
    * header (PRIORITY_HEADER): "background" for a fetch that only a
@@ -86,18 +87,20 @@ export class NotCarriedError extends TypeError {
  *
  * The response has the upstream's status and headers (as coordd kept them:
  * no Set-Cookie, no hop-by-hop fields), Content-Type, ETag and
- * Last-Modified from the metadata where the headers lack them,
- * Content-Length (the body's size), Age and coordd's own X-Coordd-Source
- * (l1, l2 or upstream), X-Coordd-Stale (true or false), X-Coordd-Age
- * (whole seconds), X-Coordd-Upstream and X-Coordd-Key. The promise
+ * Last-Modified from the metadata, Content-Length (the body's size),
+ * coordd's Cache-Control and Age, and coordd's own X-Coordd-Source (l1,
+ * l2 or upstream), X-Coordd-Stale (true or false), X-Coordd-Age (whole
+ * seconds), X-Coordd-Upstream and X-Coordd-Key: coordd's one rendering
+ * (docs/api.md), as its HTTP door gives it. The promise
  * resolves when the metadata arrives; the body is a ReadableStream fed by
  * the chunks as they arrive, which fails with a TypeError("terminated")
  * if the call breaks part-way.
  *
  * When coordd cannot answer (Unavailable: the upstream down and no stale
  * copy, or its breaker open; ResourceExhausted: its rate limit; the
- * deadline passed) the response is a 503 with Retry-After (whole seconds,
- * rounded up, from coordd's RetryInfo; 1 without one), X-Coordd-Error
+ * deadline passed) the response is a 503, 429 or 504 with Retry-After on a
+ * 503 or 429 (whole seconds, rounded up, from coordd's RetryInfo; 1
+ * without one), X-Coordd-Error
  * (the code and coordd's message) and a JSON body shaped as coordd's HTTP
  * door's errors. When no coordd answers (an UnreachableError) the promise
  * rejects with a TypeError("fetch failed") whose cause is that error, as
@@ -170,17 +173,10 @@ export function createFetch(client: CoorddClient, options: FetchOptions = {}): F
       if (signal.aborted) throw signal.reason;
       if (err instanceof UnreachableError) throw new TypeError("fetch failed", { cause: err });
       const ce = ConnectError.from(err);
-      switch (ce.code) {
-        case Code.Unavailable:
-        case Code.ResourceExhausted:
-        case Code.DeadlineExceeded:
-          return unavailable(ce, url);
-        case Code.PermissionDenied:
-          if (/outside every configured upstream/.test(ce.rawMessage)) {
-            // coordd's message, the cause, quotes the whole url.
-            return notCarried(input, init, method, url, "outside every upstream coordd fronts", ce);
-          }
-          break;
+      if (answered(ce.code)) return errorResponse(ce, url);
+      if (isNotCarried(ce)) {
+        // coordd's message, the cause, quotes the whole url.
+        return notCarried(input, init, method, url, "coordd does not carry it", ce);
       }
       throw new TypeError(`fetch failed: coordd answered ${codeName(ce.code)}: ${ce.rawMessage}`, { cause: ce });
     }
@@ -212,10 +208,9 @@ const NULL_BODY_STATUSES = new Set([204, 205, 304]);
 
 // respond makes the Response of a stream whose metadata has arrived.
 function respond(s: DocumentStream, url: string, method: string, signal: AbortSignal): Response {
-  const md = s.metadata;
-  let status = md.statusCode;
-  if (status < 200 || status > 599) status = 502; // nothing a Response can carry; coordd's door does the same
-  const headers = responseHeaders(md);
+  const r = renderDocument(s.metadata);
+  const status = r.status;
+  const headers = responseHeaders(r.headers);
   let body: ReadableStream<Uint8Array> | null = null;
   if (method === "HEAD" || NULL_BODY_STATUSES.has(status)) {
     s.cancel();
@@ -228,29 +223,17 @@ function respond(s: DocumentStream, url: string, method: string, signal: AbortSi
   return res;
 }
 
-function responseHeaders(md: Metadata): Headers {
+// responseHeaders is fetch's Headers of rendered fields.
+function responseHeaders(fields: [string, string][]): Headers {
   const h = new Headers();
-  const add = (name: string, value: string, replace: boolean) => {
+  for (const [name, value] of fields) {
     try {
-      if (replace) h.set(name, toByteString(value));
-      else h.append(name, toByteString(value));
+      h.append(name, toByteString(value));
     } catch {
       // A field fetch's Headers refuses; coordd sends none such (it drops
       // control characters), so only a newer coordd's oddity lands here.
     }
-  };
-  for (const f of md.headers) add(f.name, f.value, false);
-  if (md.contentType && !h.has("content-type")) add("content-type", md.contentType, true);
-  if (md.etag && !h.has("etag")) add("etag", md.etag, true);
-  if (md.lastModified && !h.has("last-modified")) add("last-modified", md.lastModified, true);
-  add("content-length", md.size.toString(), true);
-  const age = md.age ? md.age.seconds.toString() : "0";
-  add("age", age, true);
-  add("x-coordd-source", (Source[md.source] ?? String(md.source)).toLowerCase(), true);
-  add("x-coordd-stale", String(md.stale), true);
-  add("x-coordd-age", age, true);
-  add("x-coordd-upstream", md.upstream, true);
-  if (md.key) add("x-coordd-key", md.key, true);
+  }
   return h;
 }
 
@@ -296,25 +279,13 @@ function bodyStream(s: DocumentStream, signal: AbortSignal): ReadableStream<Uint
   });
 }
 
-// unavailable is the 503 of a call coordd could not answer.
-function unavailable(ce: ConnectError, url: string): Response {
-  const code = codeName(ce.code);
-  const secs = Math.max(1, Math.ceil((retryDelayMs(ce) ?? 0) / 1000));
-  const body = `${JSON.stringify({ error: { code: 503, status: code, message: ce.rawMessage, retry_after_seconds: secs } })}\n`;
-  const headers = new Headers({
-    "content-type": "application/json; charset=utf-8",
-    "content-length": String(new TextEncoder().encode(body).length),
-    "retry-after": String(secs),
-    "x-coordd-error": toByteString(`${code}: ${ce.rawMessage}`.replace(/[\u0000-\u001f\u007f]+/g, " ").slice(0, 1024)),
-  });
-  const res = new Response(body, { status: 503, statusText: STATUS_CODES[503] ?? "", headers });
+// errorResponse is the answer to a call coordd could not answer now:
+// coordd's one rendering of its error (render.ts).
+function errorResponse(ce: ConnectError, url: string): Response {
+  const r = renderError(ce);
+  const res = new Response(r.body, { status: r.status, statusText: STATUS_CODES[r.status] ?? "", headers: responseHeaders(r.headers) });
   Object.defineProperty(res, "url", { value: url, enumerable: true });
   return res;
-}
-
-// codeName is a gRPC code's name as in google.rpc.Code: RESOURCE_EXHAUSTED.
-function codeName(c: Code): string {
-  return (Code[c] ?? String(c)).replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
 }
 
 // toByteString turns a header value from the wire (UTF-8, a proto string)

@@ -677,7 +677,14 @@ type Metadata struct {
 	// private is true when the document is cached for one credential scope
 	// only (a credential was sent); a cache between coordd and the caller
 	// must not share it.
-	Private       bool `protobuf:"varint,13,opt,name=private,proto3" json:"private,omitempty"`
+	Private bool `protobuf:"varint,13,opt,name=private,proto3" json:"private,omitempty"`
+	// cache_control is the Cache-Control coordd gives the document, so that
+	// a cache after it keeps the copy no longer than coordd serves it fresh:
+	// max-age is its fresh lifetime from coordd's fetch (Age is the time
+	// since), private when private is, no-cache or must-revalidate as the
+	// upstream's asked, no-store for a copy never fresh. The HTTP door and
+	// the drop-in clients send it in place of the upstream's.
+	CacheControl  string `protobuf:"bytes,14,opt,name=cache_control,json=cacheControl,proto3" json:"cache_control,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -801,6 +808,13 @@ func (x *Metadata) GetPrivate() bool {
 		return x.Private
 	}
 	return false
+}
+
+func (x *Metadata) GetCacheControl() string {
+	if x != nil {
+		return x.CacheControl
+	}
+	return ""
 }
 
 // Chunk is a piece of the body.
@@ -1008,7 +1022,7 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	"\x05stage\x18\x02 \x01(\x0e2\x10.coordd.v1.StageR\x05stage\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xab\x03\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xd0\x03\n" +
 	"\bMetadata\x12)\n" +
 	"\x06source\x18\x01 \x01(\x0e2\x11.coordd.v1.SourceR\x06source\x12\x14\n" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x1f\n" +
@@ -1024,7 +1038,8 @@ const file_coordd_v1_coordd_proto_rawDesc = "" +
 	" \x01(\tR\flastModified\x12+\n" +
 	"\x03ttl\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12+\n" +
 	"\aheaders\x18\f \x03(\v2\x11.coordd.v1.HeaderR\aheaders\x12\x18\n" +
-	"\aprivate\x18\r \x01(\bR\aprivate\"\x1b\n" +
+	"\aprivate\x18\r \x01(\bR\aprivate\x12#\n" +
+	"\rcache_control\x18\x0e \x01(\tR\fcacheControl\"\x1b\n" +
 	"\x05Chunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\x84\x01\n" +
 	"\x11InvalidateRequest\x12\x10\n" +

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63oordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd8\x01\n\x11GetOrFetchRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08no_stale\x18\x03 \x01(\x08\x12*\n\x07max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\"\n\x07headers\x18\x05 \x03(\x0b\x32\x11.coordd.v1.Header\x12\x12\n\ncredential\x18\x06 \x01(\t\x12\x0c\n\x04head\x18\x07 \x01(\x08\x12%\n\x08priority\x18\x08 \x01(\x0e\x32\x13.coordd.v1.Priority\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x92\x01\n\x12GetOrFetchResponse\x12\'\n\x08progress\x18\x01 \x01(\x0b\x32\x13.coordd.v1.ProgressH\x00\x12\'\n\x08metadata\x18\x02 \x01(\x0b\x32\x13.coordd.v1.MetadataH\x00\x12!\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x10.coordd.v1.ChunkH\x00\x42\x07\n\x05\x65vent\"\x94\x01\n\x08Progress\x12\x1d\n\x04role\x18\x01 \x01(\x0e\x32\x0f.coordd.v1.Role\x12\x1f\n\x05stage\x18\x02 \x01(\x0e\x32\x10.coordd.v1.Stage\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xbe\x02\n\x08Metadata\x12!\n\x06source\x18\x01 \x01(\x0e\x32\x11.coordd.v1.Source\x12\r\n\x05stale\x18\x02 \x01(\x08\x12\x13\n\x0bstatus_code\x18\x03 \x01(\x05\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12&\n\x03\x61ge\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x10\n\x08upstream\x18\x08 \x01(\t\x12\x0c\n\x04\x65tag\x18\t \x01(\t\x12\x15\n\rlast_modified\x18\n \x01(\t\x12&\n\x03ttl\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\"\n\x07headers\x18\x0c \x03(\x0b\x32\x11.coordd.v1.Header\x12\x0f\n\x07private\x18\r \x01(\x08\"\x15\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"e\n\x11InvalidateRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\"\n\x07headers\x18\x03 \x03(\x0b\x32\x11.coordd.v1.Header\x12\x12\n\ncredential\x18\x04 \x01(\t\"2\n\x12InvalidateResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x65xisted\x18\x02 \x01(\x08*W\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x17\n\x13PRIORITY_BACKGROUND\x10\x02*N\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_LEADER\x10\x01\x12\x11\n\rROLE_FOLLOWER\x10\x02\x12\x0c\n\x08ROLE_HIT\x10\x03*\xcf\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_JOINED\x10\x01\x12\x12\n\x0eSTAGE_FETCHING\x10\x02\x12\x18\n\x14STAGE_WAITING_LEADER\x10\x03\x12\x16\n\x12STAGE_RATE_LIMITED\x10\x04\x12\x12\n\x0eSTAGE_RETRYING\x10\x05\x12\x16\n\x12STAGE_BREAKER_OPEN\x10\x06\x12\x17\n\x13STAGE_SERVING_STALE\x10\x07\x12\x12\n\x0eSTAGE_DEGRADED\x10\x08*S\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\r\n\tSOURCE_L1\x10\x01\x12\r\n\tSOURCE_L2\x10\x02\x12\x13\n\x0fSOURCE_UPSTREAM\x10\x03\x32\xac\x01\n\x12\x43oordinatorService\x12K\n\nGetOrFetch\x12\x1c.coordd.v1.GetOrFetchRequest\x1a\x1d.coordd.v1.GetOrFetchResponse0\x01\x12I\n\nInvalidate\x12\x1c.coordd.v1.InvalidateRequest\x1a\x1d.coordd.v1.InvalidateResponseB1Z/github.com/coordd/coordd/gen/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63oordd/v1/coordd.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd8\x01\n\x11GetOrFetchRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x10\n\x08no_stale\x18\x03 \x01(\x08\x12*\n\x07max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\"\n\x07headers\x18\x05 \x03(\x0b\x32\x11.coordd.v1.Header\x12\x12\n\ncredential\x18\x06 \x01(\t\x12\x0c\n\x04head\x18\x07 \x01(\x08\x12%\n\x08priority\x18\x08 \x01(\x0e\x32\x13.coordd.v1.Priority\"%\n\x06Header\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x92\x01\n\x12GetOrFetchResponse\x12\'\n\x08progress\x18\x01 \x01(\x0b\x32\x13.coordd.v1.ProgressH\x00\x12\'\n\x08metadata\x18\x02 \x01(\x0b\x32\x13.coordd.v1.MetadataH\x00\x12!\n\x05\x63hunk\x18\x03 \x01(\x0b\x32\x10.coordd.v1.ChunkH\x00\x42\x07\n\x05\x65vent\"\x94\x01\n\x08Progress\x12\x1d\n\x04role\x18\x01 \x01(\x0e\x32\x0f.coordd.v1.Role\x12\x1f\n\x05stage\x18\x02 \x01(\x0e\x32\x10.coordd.v1.Stage\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd5\x02\n\x08Metadata\x12!\n\x06source\x18\x01 \x01(\x0e\x32\x11.coordd.v1.Source\x12\r\n\x05stale\x18\x02 \x01(\x08\x12\x13\n\x0bstatus_code\x18\x03 \x01(\x05\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12&\n\x03\x61ge\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04size\x18\x06 \x01(\x03\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x10\n\x08upstream\x18\x08 \x01(\t\x12\x0c\n\x04\x65tag\x18\t \x01(\t\x12\x15\n\rlast_modified\x18\n \x01(\t\x12&\n\x03ttl\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\"\n\x07headers\x18\x0c \x03(\x0b\x32\x11.coordd.v1.Header\x12\x0f\n\x07private\x18\r \x01(\x08\x12\x15\n\rcache_control\x18\x0e \x01(\t\"\x15\n\x05\x43hunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"e\n\x11InvalidateRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\"\n\x07headers\x18\x03 \x03(\x0b\x32\x11.coordd.v1.Header\x12\x12\n\ncredential\x18\x04 \x01(\t\"2\n\x12InvalidateResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07\x65xisted\x18\x02 \x01(\x08*W\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x17\n\x13PRIORITY_BACKGROUND\x10\x02*N\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_LEADER\x10\x01\x12\x11\n\rROLE_FOLLOWER\x10\x02\x12\x0c\n\x08ROLE_HIT\x10\x03*\xcf\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_JOINED\x10\x01\x12\x12\n\x0eSTAGE_FETCHING\x10\x02\x12\x18\n\x14STAGE_WAITING_LEADER\x10\x03\x12\x16\n\x12STAGE_RATE_LIMITED\x10\x04\x12\x12\n\x0eSTAGE_RETRYING\x10\x05\x12\x16\n\x12STAGE_BREAKER_OPEN\x10\x06\x12\x17\n\x13STAGE_SERVING_STALE\x10\x07\x12\x12\n\x0eSTAGE_DEGRADED\x10\x08*S\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\r\n\tSOURCE_L1\x10\x01\x12\r\n\tSOURCE_L2\x10\x02\x12\x13\n\x0fSOURCE_UPSTREAM\x10\x03\x32\xac\x01\n\x12\x43oordinatorService\x12K\n\nGetOrFetch\x12\x1c.coordd.v1.GetOrFetchRequest\x1a\x1d.coordd.v1.GetOrFetchResponse0\x01\x12I\n\nInvalidate\x12\x1c.coordd.v1.InvalidateRequest\x1a\x1d.coordd.v1.InvalidateResponseB1Z/github.com/coordd/coordd/gen/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.coordd_pb2', globals())
@@ -22,14 +22,14 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z/github.com/coordd/coordd/gen/coordd/v1;coorddv1'
-  _PRIORITY._serialized_start=1126
-  _PRIORITY._serialized_end=1213
-  _ROLE._serialized_start=1215
-  _ROLE._serialized_end=1293
-  _STAGE._serialized_start=1296
-  _STAGE._serialized_end=1503
-  _SOURCE._serialized_start=1505
-  _SOURCE._serialized_end=1588
+  _PRIORITY._serialized_start=1149
+  _PRIORITY._serialized_end=1236
+  _ROLE._serialized_start=1238
+  _ROLE._serialized_end=1316
+  _STAGE._serialized_start=1319
+  _STAGE._serialized_end=1526
+  _SOURCE._serialized_start=1528
+  _SOURCE._serialized_end=1611
   _GETORFETCHREQUEST._serialized_start=70
   _GETORFETCHREQUEST._serialized_end=286
   _HEADER._serialized_start=288
@@ -39,13 +39,13 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _PROGRESS._serialized_start=477
   _PROGRESS._serialized_end=625
   _METADATA._serialized_start=628
-  _METADATA._serialized_end=946
-  _CHUNK._serialized_start=948
-  _CHUNK._serialized_end=969
-  _INVALIDATEREQUEST._serialized_start=971
-  _INVALIDATEREQUEST._serialized_end=1072
-  _INVALIDATERESPONSE._serialized_start=1074
-  _INVALIDATERESPONSE._serialized_end=1124
-  _COORDINATORSERVICE._serialized_start=1591
-  _COORDINATORSERVICE._serialized_end=1763
+  _METADATA._serialized_end=969
+  _CHUNK._serialized_start=971
+  _CHUNK._serialized_end=992
+  _INVALIDATEREQUEST._serialized_start=994
+  _INVALIDATEREQUEST._serialized_end=1095
+  _INVALIDATERESPONSE._serialized_start=1097
+  _INVALIDATERESPONSE._serialized_end=1147
+  _COORDINATORSERVICE._serialized_start=1614
+  _COORDINATORSERVICE._serialized_end=1786
 # @@protoc_insertion_point(module_scope)

@@ -92,8 +92,9 @@ class InvalidateResponse(_message.Message):
     def __init__(self, key: _Optional[str] = ..., existed: bool = ...) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ["age", "content_type", "etag", "headers", "key", "last_modified", "private", "size", "source", "stale", "status_code", "ttl", "upstream"]
+    __slots__ = ["age", "cache_control", "content_type", "etag", "headers", "key", "last_modified", "private", "size", "source", "stale", "status_code", "ttl", "upstream"]
     AGE_FIELD_NUMBER: _ClassVar[int]
+    CACHE_CONTROL_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +108,7 @@ class Metadata(_message.Message):
     TTL_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_FIELD_NUMBER: _ClassVar[int]
     age: _duration_pb2.Duration
+    cache_control: str
     content_type: str
     etag: str
     headers: _containers.RepeatedCompositeFieldContainer[Header]
@@ -119,7 +121,7 @@ class Metadata(_message.Message):
     status_code: int
     ttl: _duration_pb2.Duration
     upstream: str
-    def __init__(self, source: _Optional[_Union[Source, str]] = ..., stale: bool = ..., status_code: _Optional[int] = ..., content_type: _Optional[str] = ..., age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., size: _Optional[int] = ..., key: _Optional[str] = ..., upstream: _Optional[str] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., private: bool = ...) -> None: ...
+    def __init__(self, source: _Optional[_Union[Source, str]] = ..., stale: bool = ..., status_code: _Optional[int] = ..., content_type: _Optional[str] = ..., age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., size: _Optional[int] = ..., key: _Optional[str] = ..., upstream: _Optional[str] = ..., etag: _Optional[str] = ..., last_modified: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., private: bool = ..., cache_control: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ["attempt", "detail", "role", "stage", "wait"]

@@ -78,10 +78,13 @@ before(async () => {
       throw failure(Code.DeadlineExceeded, "deadline exceeded\nwhile waiting");
     },
     "/outside": async function* (req) {
-      throw failure(Code.PermissionDenied, `url ${req.url} is outside every configured upstream`);
+      throw failure(Code.PermissionDenied, `url ${req.url} is outside every configured upstream`, undefined, "OUTSIDE_UPSTREAMS");
+    },
+    "/not-granted": async function* () {
+      throw failure(Code.PermissionDenied, 'upstream "api" is not granted to tenant "team-b"', undefined, "NOT_GRANTED");
     },
     "/refused": async function* () {
-      throw failure(Code.PermissionDenied, "upstream api does not accept caller credentials");
+      throw failure(Code.PermissionDenied, "upstream api does not accept caller credentials", undefined, "CALLER_CREDENTIALS_REFUSED");
     },
   });
   // One attempt: the stub's errors are final, and retries would only slow
@@ -160,9 +163,9 @@ describe("a GET", () => {
     assert.deepEqual(await res.json(), { hello: "world" });
   });
 
-  test("keeps the upstream's own Content-Type over the metadata's", async () => {
+  test("gives the metadata's Content-Type, as coordd's door does, over a field of the same name", async () => {
     const res = await fetch(`${API}/own-type`);
-    assert.equal(res.headers.get("content-type"), "text/markdown");
+    assert.equal(res.headers.get("content-type"), "text/plain");
     assert.equal(await res.text(), "# hi");
   });
 
@@ -253,24 +256,24 @@ test("a signal aborted before the metadata rejects with its reason, and coordd's
   assert.equal(stub.calls.length, n);
 });
 
-test("when coordd cannot answer: a 503 with Retry-After and X-Coordd-Error", async (t) => {
+test("when coordd cannot answer: a 503, 429 or 504 with X-Coordd-Error, Retry-After on a 503 or 429", async (t) => {
   const cases = [
-    { path: "/unavailable", retryAfter: "1", error: "UNAVAILABLE: upstream api: dial tcp: connection refused" },
-    { path: "/breaker", retryAfter: "2", error: "UNAVAILABLE: upstream api: circuit breaker open" },
-    { path: "/rate", retryAfter: "3", error: "RESOURCE_EXHAUSTED: upstream api: rate limit: wait past the deadline" },
-    { path: "/deadline", retryAfter: "1", error: "DEADLINE_EXCEEDED: deadline exceeded while waiting" },
+    { path: "/unavailable", status: 503, retryAfter: "1", error: "UNAVAILABLE: upstream api: dial tcp: connection refused" },
+    { path: "/breaker", status: 503, retryAfter: "2", error: "UNAVAILABLE: upstream api: circuit breaker open" },
+    { path: "/rate", status: 429, retryAfter: "3", error: "RESOURCE_EXHAUSTED: upstream api: rate limit: wait past the deadline" },
+    { path: "/deadline", status: 504, retryAfter: null, error: "DEADLINE_EXCEEDED: deadline exceeded while waiting" },
   ];
   for (const c of cases) {
     await t.test(c.path, async () => {
       const res = await fetch(`${API}${c.path}`);
-      assert.equal(res.status, 503);
+      assert.equal(res.status, c.status);
       assert.equal(res.ok, false);
       assert.equal(res.headers.get("retry-after"), c.retryAfter);
       assert.equal(res.headers.get("x-coordd-error"), c.error);
-      const body = (await res.json()) as { error: { code: number; status: string; retry_after_seconds: number } };
-      assert.equal(body.error.code, 503);
+      const body = (await res.json()) as { error: { code: number; status: string; retry_after_seconds?: number } };
+      assert.equal(body.error.code, c.status);
       assert.equal(body.error.status, c.error.slice(0, c.error.indexOf(":")));
-      assert.equal(body.error.retry_after_seconds, Number(c.retryAfter));
+      assert.equal(body.error.retry_after_seconds, c.retryAfter === null ? undefined : Number(c.retryAfter));
     });
   }
 });
@@ -287,7 +290,7 @@ test("coordd's errors are retried as the client says, but for one that says when
     assert.equal(res.status, 503);
     assert.equal(res.headers.get("retry-after"), "2");
     assert.equal(calls("/breaker") - before.breaker, 1, "a RetryInfo: answered at once");
-    assert.equal((await f(`${API}/rate`)).status, 503);
+    assert.equal((await f(`${API}/rate`)).status, 429);
     assert.equal(calls("/rate") - before.rate, 1, "a RetryInfo: answered at once");
   } finally {
     retrying.close();
@@ -366,7 +369,8 @@ describe("a request coordd cannot carry", () => {
     { name: "a POST Request", input: () => new Request(`${API}/doc`, { method: "POST", body: "{}" }), why: /POST is not carried/ },
     { name: "a GET with a body", input: () => `${API}/doc`, init: { body: "x" }, why: /GET with a body is not carried/ },
     { name: "a data: URL", input: () => "data:text/plain,hi", why: /data: URL is not carried/ },
-    { name: "a URL outside every upstream", input: () => `${API}/outside?token=secret`, why: /outside every upstream coordd fronts/ },
+    { name: "a URL outside every upstream", input: () => `${API}/outside?token=secret`, why: /coordd does not carry it/ },
+    { name: "a credential its upstream refuses", input: () => `${API}/refused`, init: { headers: { Authorization: "Bearer t" } }, why: /coordd does not carry it/ },
   ];
 
   test("rejects with a NotCarriedError, a TypeError that says why", async (t) => {
@@ -409,12 +413,12 @@ describe("a request coordd cannot carry", () => {
 });
 
 test("another error from coordd rejects with a TypeError whose cause is the ConnectError", async () => {
-  const err = await fetch(`${API}/refused`, { headers: { Authorization: "Bearer t" } }).then(
+  const err = await fetch(`${API}/not-granted`).then(
     () => assert.fail("resolved"),
     (e: unknown) => e,
   );
   assert.ok(err instanceof TypeError && !(err instanceof NotCarriedError), String(err));
-  assert.match(err.message, /PERMISSION_DENIED: upstream api does not accept caller credentials/);
+  assert.match(err.message, /PERMISSION_DENIED: upstream "api" is not granted to tenant "team-b"/);
   assert.ok(err.cause instanceof ConnectError && err.cause.code === Code.PermissionDenied);
 });
 

@@ -59,9 +59,13 @@ export function document(m: MetadataInit, ...chunks: string[]): Script {
   };
 }
 
-/** failure is an error with a google.rpc.RetryInfo of retryDelayMs. */
-export function failure(code: Code, message: string, retryDelayMs?: number): ConnectError {
+/** failure is an error with a google.rpc.RetryInfo of retryDelayMs and a
+ * google.rpc.ErrorInfo of reason (domain coordd), as coordd sends them. */
+export function failure(code: Code, message: string, retryDelayMs?: number, reason?: string): ConnectError {
   const err = new ConnectError(message, code);
+  if (reason !== undefined) {
+    err.details.push({ type: "google.rpc.ErrorInfo", value: new BinaryWriter().uint32(10).string(reason).uint32(18).string("coordd").finish() });
+  }
   if (retryDelayMs !== undefined) {
     const secs = Math.floor(retryDelayMs / 1000);
     const duration = new BinaryWriter().uint32(8).int64(secs).uint32(16).int32(Math.round((retryDelayMs - secs * 1000) * 1e6)).finish();
