@@ -97,7 +97,7 @@ deps:
 	fi
 	@redis-server --version
 	@# Debian installs haproxy in /usr/sbin, often missing from a user's PATH;
-	@# the tests look there too (internal/haproxytest).
+	@# the tests look there too (internal/testing/haproxytest).
 	@export PATH="$$PATH:/usr/sbin:/usr/local/sbin"; \
 	if ! command -v haproxy >/dev/null 2>&1; then \
 		echo "haproxy not found; installing it with apt-get"; \

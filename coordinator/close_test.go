@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // ownGoroutines returns the stacks of the goroutines the engine owns,
@@ -51,7 +51,7 @@ func TestCloseMidBurst(t *testing.T) {
 	rdb := rs.Client(t)
 	var trips storetest.RoundTrips
 	rdb.AddHook(trips.Hook())
-	cfg := coordtest.Protected(u, coordinator.Protection{RateLimit: rate, MaxWait: time.Minute}, nil)
+	cfg := enginetest.Protected(u, coordinator.Protection{RateLimit: rate, MaxWait: time.Minute}, nil)
 	cfg.RedisTimeout = 2 * time.Second
 	c, err := coordinator.New(cfg, coordinator.Options{Redis: rdb})
 	if err != nil {
@@ -64,15 +64,15 @@ func TestCloseMidBurst(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range burst {
 		wg.Go(func() {
-			_, err := coordtest.Get(ctx, c, fmt.Sprintf("%s/burst/%d", u.URL(), i), "", coordinator.GetOptions{})
+			_, err := enginetest.Get(ctx, c, fmt.Sprintf("%s/burst/%d", u.URL(), i), "", coordinator.GetOptions{})
 			if err != nil && !errors.Is(err, coordinator.ErrClosed) {
 				t.Errorf("fetch %d: %v; want its document or ErrClosed", i, err)
 			}
 		})
 	}
 	// The first slot is free; the rest queue, and the queue books ahead.
-	if err := coordtest.Poll(ctx, func() bool { return u.Total() >= 2 && len(coordtest.Flights(c)) == burst-2 }); err != nil {
-		t.Fatalf("the burst did not queue: %d requests, %d flights: %v", u.Total(), len(coordtest.Flights(c)), err)
+	if err := enginetest.Poll(ctx, func() bool { return u.Total() >= 2 && len(enginetest.Flights(c)) == burst-2 }); err != nil {
+		t.Fatalf("the burst did not queue: %d requests, %d flights: %v", u.Total(), len(enginetest.Flights(c)), err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestCloseMidBurst(t *testing.T) {
 	// dump to empty (as goleak does). One that is left blocked stays.
 	var own []string
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_ = coordtest.Poll(wctx, func() bool { own = ownGoroutines(); return len(own) == 0 })
+	_ = enginetest.Poll(wctx, func() bool { own = ownGoroutines(); return len(own) == 0 })
 	wcancel()
 	if len(own) > 0 {
 		t.Errorf("%d goroutines of the engine left 10s after Close:\n%s", len(own), strings.Join(own, "\n\n"))

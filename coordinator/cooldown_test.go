@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // TestCooldownBounded: ids cool down for Config.RefreshCooldown, expired

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 func newCoordinator(t *testing.T, up *fakeupstream.Upstream, rdb redis.UniversalClient) *coordinator.Coordinator {
@@ -113,7 +113,7 @@ func TestRedisCluster(t *testing.T) {
 	go func() { // every caller joined: each path's 20 wait
 		defer close(release)
 		for _, p := range paths {
-			if coordtest.AwaitJoined(ctx, up.URL()+p, 120/len(paths), cs...) != nil {
+			if enginetest.AwaitJoined(ctx, up.URL()+p, 120/len(paths), cs...) != nil {
 				return
 			}
 		}

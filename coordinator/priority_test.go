@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 // TestFlightBackgroundWhileNoCallerWaits: a flight is background work

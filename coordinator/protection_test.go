@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // The tests below run real coordinators against a real redis-server and a
@@ -32,14 +32,14 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 	const rate, keys = 30, 90
 	u := fakeupstream.New(t)
 	rs := redistest.Start(t)
-	cfg := coordtest.Protected(u, coordinator.Protection{RateLimit: rate}, nil)
+	cfg := enginetest.Protected(u, coordinator.Protection{RateLimit: rate}, nil)
 	// Not about Redis's timing: a busy machine (make stress-test) must not
 	// find Redis down past Protected's 300ms, or each instance fetches a
 	// key on its own (seen: 93 requests for 90 keys).
 	cfg.RedisTimeout = 2 * time.Second
-	var ins []*coorddtest.Instance
+	var ins []*fleettest.Instance
 	for range 3 {
-		ins = append(ins, coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}))
+		ins = append(ins, fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -50,7 +50,7 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 			wg.Go(func() {
 				path := fmt.Sprintf("/doc/%d", k)
 				told := false
-				res, err := coordtest.Get(ctx, in.Coordinator, u.URL()+path, "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+				res, err := enginetest.Get(ctx, in.Coordinator, u.URL()+path, "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 					if p.Stage == coordinator.StageRateLimited && p.Wait > 0 && !told {
 						told = true
 						waited.Add(1)
@@ -93,7 +93,7 @@ func TestRateLimitWithoutSharedRedis(t *testing.T) {
 		for name, c := range cs {
 			for k := range keys {
 				wg.Go(func() {
-					if _, err := coordtest.Get(ctx, c, fmt.Sprintf("%s/%s/%d", u.URL(), name, k), "", coordinator.GetOptions{}); err != nil {
+					if _, err := enginetest.Get(ctx, c, fmt.Sprintf("%s/%s/%d", u.URL(), name, k), "", coordinator.GetOptions{}); err != nil {
 						t.Error(err)
 					}
 				})
@@ -112,15 +112,15 @@ func TestRateLimitWithoutSharedRedis(t *testing.T) {
 	}
 	t.Run("single-node", func(t *testing.T) {
 		u := fakeupstream.New(t)
-		c := coordtest.New(t, coordtest.Protected(u, coordinator.Protection{RateLimit: rate}, nil))
+		c := enginetest.New(t, enginetest.Protected(u, coordinator.Protection{RateLimit: rate}, nil))
 		check(t, u, map[string]*coordinator.Coordinator{"a": c})
 	})
 	t.Run("redis down", func(t *testing.T) {
 		u := fakeupstream.New(t)
 		rs := redistest.Start(t)
-		cfg := coordtest.Protected(u, coordinator.Protection{RateLimit: rate}, nil)
-		a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-		b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+		cfg := enginetest.Protected(u, coordinator.Protection{RateLimit: rate}, nil)
+		a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
+		b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 		rs.Kill()
 		check(t, u, map[string]*coordinator.Coordinator{"a": a.Coordinator, "b": b.Coordinator})
 		if a.Coordinator.RedisHealthy() || b.Coordinator.RedisHealthy() {
@@ -137,9 +137,9 @@ func TestRetryAfterShared(t *testing.T) {
 	rs := redistest.Start(t)
 	tooMany := fakeupstream.Status(http.StatusTooManyRequests).WithHeader("Retry-After", "1")
 	u.SetSequence("/ra", []fakeupstream.Behavior{tooMany, tooMany, {}})
-	cfg := coordtest.Protected(u, coordinator.Protection{}, nil)
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	cfg := enginetest.Protected(u, coordinator.Protection{}, nil)
+	a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -147,7 +147,7 @@ func TestRetryAfterShared(t *testing.T) {
 	var attempts []int
 	done := make(chan error, 1)
 	go func() {
-		res, err := coordtest.Get(ctx, a.Coordinator, u.URL()+"/ra", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+		res, err := enginetest.Get(ctx, a.Coordinator, u.URL()+"/ra", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 			if p.Stage == coordinator.StageRetrying {
 				attempts = append(attempts, p.Attempt)
 				select {
@@ -167,7 +167,7 @@ func TestRetryAfterShared(t *testing.T) {
 		t.Fatal("no retry reported")
 	}
 	var backedOff bool
-	if _, err := coordtest.Get(ctx, b.Coordinator, u.URL()+"/other", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+	if _, err := enginetest.Get(ctx, b.Coordinator, u.URL()+"/other", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 		backedOff = backedOff || p.Stage == coordinator.StageRateLimited && strings.Contains(p.Detail, "Retry-After")
 	}}); err != nil {
 		t.Fatalf("other instance: %v", err)
@@ -208,14 +208,14 @@ func TestRateLimited403Retried(t *testing.T) {
 	limited := fakeupstream.Status(http.StatusForbidden).WithHeader("Retry-After", "1")
 	u.SetSequence("/secondary", []fakeupstream.Behavior{limited, {}})
 	u.Set("/plain", fakeupstream.Status(http.StatusForbidden))
-	cfg := coordtest.Protected(u, coordinator.Protection{
+	cfg := enginetest.Protected(u, coordinator.Protection{
 		MaxWait: 20 * time.Second,
 		Retry:   coordinator.RetryPolicy{MaxAttempts: 4},
 		Breaker: coordinator.BreakerPolicy{FailureThreshold: 1},
 	}, nil)
 	var cs []*coordinator.Coordinator
 	for range 3 {
-		cs = append(cs, coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator)
+		cs = append(cs, fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -224,7 +224,7 @@ func TestRateLimited403Retried(t *testing.T) {
 	for _, c := range cs {
 		for range 8 {
 			wg.Go(func() {
-				res, err := coordtest.Get(ctx, c, u.URL()+"/secondary", "", coordinator.GetOptions{})
+				res, err := enginetest.Get(ctx, c, u.URL()+"/secondary", "", coordinator.GetOptions{})
 				if err == nil && (res.Doc.StatusCode != http.StatusOK || !bytes.Equal(res.Doc.Body, u.Body("/secondary"))) {
 					err = fmt.Errorf("status %d, %d bytes", res.Doc.StatusCode, len(res.Doc.Body))
 				}
@@ -242,10 +242,10 @@ func TestRateLimited403Retried(t *testing.T) {
 	if ts := u.Times("/secondary"); len(ts) != 2 || ts[1].Sub(ts[0]) < time.Second {
 		t.Errorf("upstream requests %v; want 2, the retry at least 1s after the 403", ts)
 	}
-	if _, err := coordtest.Get(ctx, cs[1], u.URL()+"/other", "", coordinator.GetOptions{}); err != nil {
+	if _, err := enginetest.Get(ctx, cs[1], u.URL()+"/other", "", coordinator.GetOptions{}); err != nil {
 		t.Errorf("another key after the rate-limited 403: %v; want it fetched (the breaker closed)", err)
 	}
-	res, err := coordtest.Get(ctx, cs[2], u.URL()+"/plain", "", coordinator.GetOptions{})
+	res, err := enginetest.Get(ctx, cs[2], u.URL()+"/plain", "", coordinator.GetOptions{})
 	if err != nil || res.Doc.StatusCode != http.StatusForbidden || u.Count("/plain") != 1 {
 		t.Errorf("a plain 403: %v, %v, %d requests; want the 403 as the answer, one request", res, err, u.Count("/plain"))
 	}
@@ -257,7 +257,7 @@ func TestRetryBudgetHolds(t *testing.T) {
 	const calls, ratio = 200, 0.2
 	u := fakeupstream.New(t)
 	u.FailEvery("/doc", 2, fakeupstream.Status(http.StatusServiceUnavailable))
-	c := coordtest.New(t, coordtest.Protected(u, coordinator.Protection{
+	c := enginetest.New(t, enginetest.Protected(u, coordinator.Protection{
 		RateLimit: -1,
 		Retry:     coordinator.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, BudgetRatio: ratio, BudgetMinPerSec: -1},
 		Breaker:   coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1},
@@ -268,7 +268,7 @@ func TestRetryBudgetHolds(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for i := range work {
-				_, _ = coordtest.Get(ctx, c, u.URL()+"/doc", fmt.Sprintf("key-%d", i), coordinator.GetOptions{})
+				_, _ = enginetest.Get(ctx, c, u.URL()+"/doc", fmt.Sprintf("key-%d", i), coordinator.GetOptions{})
 			}
 		})
 	}
@@ -291,12 +291,12 @@ func TestRetryBudgetHolds(t *testing.T) {
 // timeouts are retried up to max_attempts.
 func TestRetryOnlyRetryable(t *testing.T) {
 	u := fakeupstream.New(t)
-	cfg := coordtest.Protected(u, coordinator.Protection{
+	cfg := enginetest.Protected(u, coordinator.Protection{
 		Retry:   coordinator.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond},
 		Breaker: coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1},
 	}, nil)
 	cfg.Upstreams[0].Timeout = 200 * time.Millisecond
-	c := coordtest.New(t, cfg)
+	c := enginetest.New(t, cfg)
 	for _, tc := range []struct {
 		name string
 		b    fakeupstream.Behavior
@@ -315,7 +315,7 @@ func TestRetryOnlyRetryable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := "/" + tc.name
 			u.Set(path, tc.b)
-			_, _ = coordtest.Get(context.Background(), c, u.URL()+path, "", coordinator.GetOptions{})
+			_, _ = enginetest.Get(context.Background(), c, u.URL()+path, "", coordinator.GetOptions{})
 			if got := u.Count(path); got != tc.want {
 				t.Errorf("upstream requests = %d; want %d", got, tc.want)
 			}
@@ -328,7 +328,7 @@ func TestRetryOnlyRetryable(t *testing.T) {
 func TestNoRetryAfterClose(t *testing.T) {
 	u := fakeupstream.New(t)
 	u.Set("/slow", fakeupstream.Status(503).WithHeader("Retry-After", "5"))
-	c, err := coordinator.New(coordtest.Protected(u, coordinator.Protection{}, nil), coordinator.Options{})
+	c, err := coordinator.New(enginetest.Protected(u, coordinator.Protection{}, nil), coordinator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestNoRetryAfterClose(t *testing.T) {
 	var once sync.Once
 	done := make(chan error, 1)
 	go func() {
-		_, err := coordtest.Get(context.Background(), c, u.URL()+"/slow", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+		_, err := enginetest.Get(context.Background(), c, u.URL()+"/slow", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 			if p.Stage == coordinator.StageRetrying {
 				once.Do(func() { close(retrying) })
 			}
@@ -364,26 +364,26 @@ func TestHugeRetryAfterBacksOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			u := fakeupstream.New(t)
 			u.Set("/ra", fakeupstream.Status(http.StatusTooManyRequests).WithHeader("Retry-After", "9223372037"))
-			cfg := coordtest.Protected(u, coordinator.Protection{RetryAfterCap: time.Hour}, nil)
+			cfg := enginetest.Protected(u, coordinator.Protection{RetryAfterCap: time.Hour}, nil)
 			var a, b *coordinator.Coordinator // b is asked for the other path
 			if shared {
 				rs := redistest.Start(t)
-				a = coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
-				b = coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
+				a = fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
+				b = fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg}).Coordinator
 			} else {
-				a = coordtest.New(t, cfg)
+				a = enginetest.New(t, cfg)
 				b = a
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if _, err := coordtest.Get(ctx, a, u.URL()+"/ra", "", coordinator.GetOptions{}); !errors.Is(err, coordinator.ErrUnavailable) {
+			if _, err := enginetest.Get(ctx, a, u.URL()+"/ra", "", coordinator.GetOptions{}); !errors.Is(err, coordinator.ErrUnavailable) {
 				t.Fatalf("429: err = %v; want ErrUnavailable", err)
 			}
 			if got := u.Count("/ra"); got != 1 {
 				t.Errorf("upstream requests after the 429 = %d; want 1 (the retry would come after the wait bound)", got)
 			}
 			var waited time.Duration
-			_, err := coordtest.Get(ctx, b, u.URL()+"/other", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+			_, err := enginetest.Get(ctx, b, u.URL()+"/other", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 				if p.Stage == coordinator.StageRateLimited {
 					waited = p.Wait
 				}
@@ -408,15 +408,15 @@ func TestConditionalRevalidation(t *testing.T) {
 	u := fakeupstream.New(t)
 	u.Set("/c", fakeupstream.Behavior{Conditional: true}.WithHeader("Last-Modified", lastMod))
 	clk := testclock.New(time.Now())
-	cfg := coordtest.Protected(u, coordinator.Protection{}, nil)
+	cfg := enginetest.Protected(u, coordinator.Protection{}, nil)
 	cfg.Now = clk.Now
-	c := coordtest.New(t, cfg)
+	c := enginetest.New(t, cfg)
 	ctx := context.Background()
-	if _, err := coordtest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{}); err != nil {
+	if _, err := enginetest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(11 * time.Minute) // past the 10m TTL
-	res, err := coordtest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{NoStale: true})
+	res, err := enginetest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{NoStale: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestConditionalRevalidation(t *testing.T) {
 	if got := res.Doc.FreshUntil.Sub(clk.Now()); got != 10*time.Minute {
 		t.Errorf("fresh for %v after a 304; want the 10m TTL", got)
 	}
-	if res, _ := coordtest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{}); res == nil || res.Source != coordinator.SourceL1 || res.Stale {
+	if res, _ := enginetest.Get(ctx, c, u.URL()+"/c", "", coordinator.GetOptions{}); res == nil || res.Source != coordinator.SourceL1 || res.Stale {
 		t.Errorf("after revalidation: %+v; want a fresh L1 hit", res)
 	}
 	if got := u.Count("/c"); got != 2 {
@@ -446,15 +446,15 @@ func TestConditionalRevalidation(t *testing.T) {
 func TestNegativeCaching(t *testing.T) {
 	u := fakeupstream.New(t)
 	clk := testclock.New(time.Now())
-	cfg := coordtest.Protected(u, coordinator.Protection{}, nil)
+	cfg := enginetest.Protected(u, coordinator.Protection{}, nil)
 	cfg.Now = clk.Now
-	c := coordtest.New(t, cfg)
+	c := enginetest.New(t, cfg)
 	ctx := context.Background()
 	for _, code := range []int{404, 410, 403} {
 		path := fmt.Sprintf("/%d", code)
 		u.Set(path, fakeupstream.Status(code))
 		for range 2 {
-			res, err := coordtest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{})
+			res, err := enginetest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{})
 			if err != nil || res.Doc.StatusCode != code {
 				t.Fatalf("%s: %v, %+v; want a %d document", path, err, res, code)
 			}
@@ -464,7 +464,7 @@ func TestNegativeCaching(t *testing.T) {
 		t.Errorf("upstream requests for 404, 410, 403 = %d, %d, %d; want 1, 1, 2", a, b, c)
 	}
 	clk.Advance(time.Minute) // the default negative_ttl
-	if _, err := coordtest.Get(ctx, c, u.URL()+"/404", "", coordinator.GetOptions{}); err != nil {
+	if _, err := enginetest.Get(ctx, c, u.URL()+"/404", "", coordinator.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := u.Count("/404"); got != 2 {
@@ -479,10 +479,10 @@ func TestCacheControl(t *testing.T) {
 	u.Set("/long", fakeupstream.Behavior{}.WithHeader("Cache-Control", "public, max-age=7200"))
 	u.Set("/huge", fakeupstream.Behavior{}.WithHeader("Cache-Control", "max-age=31536000"))
 	u.Set("/nostore", fakeupstream.Behavior{}.WithHeader("Cache-Control", "no-store"))
-	c := coordtest.New(t, coordtest.Protected(u, coordinator.Protection{MaxTTL: 3 * time.Hour}, nil))
+	c := enginetest.New(t, enginetest.Protected(u, coordinator.Protection{MaxTTL: 3 * time.Hour}, nil))
 	ctx := context.Background()
 	for path, want := range map[string]time.Duration{"/long": 2 * time.Hour, "/huge": 3 * time.Hour} {
-		res, err := coordtest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{})
+		res, err := enginetest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,7 +491,7 @@ func TestCacheControl(t *testing.T) {
 		}
 	}
 	for range 2 {
-		res, err := coordtest.Get(ctx, c, u.URL()+"/nostore", "", coordinator.GetOptions{})
+		res, err := enginetest.Get(ctx, c, u.URL()+"/nostore", "", coordinator.GetOptions{})
 		if err != nil || !bytes.Equal(res.Doc.Body, u.Body("/nostore")) {
 			t.Fatalf("no-store: %v; want the document delivered", err)
 		}

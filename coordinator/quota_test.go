@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // TestInconsistentQuotaStopsNothing: one answer whose RateLimit fields
@@ -28,21 +28,21 @@ func TestInconsistentQuotaStopsNothing(t *testing.T) {
 		u.Set(p, fakeupstream.Status(200).WithHeader("RateLimit-Policy", `"default";q=0;w=86400`).WithHeader("RateLimit", `"default";r=1;t=86000`))
 	}
 	u.Set("/sane", fakeupstream.Status(200).WithHeader("RateLimit-Policy", `"default";q=5000;w=3600`).WithHeader("RateLimit", `"default";r=4000;t=1800`))
-	logs := &coordtest.SyncBuffer{}
-	cfg := coordtest.Protected(u, coordinator.Protection{MaxWait: 2 * time.Second}, logs)
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
+	logs := &enginetest.SyncBuffer{}
+	cfg := enginetest.Protected(u, coordinator.Protection{MaxWait: 2 * time.Second}, logs)
+	a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, p := range []string{"/garbage", "/garbage-again"} {
-		if _, err := coordtest.Get(ctx, a.Coordinator, u.URL()+p, "", coordinator.GetOptions{}); err != nil {
+		if _, err := enginetest.Get(ctx, a.Coordinator, u.URL()+p, "", coordinator.GetOptions{}); err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 	}
 	for i := range 10 {
-		in := []*coorddtest.Instance{a, b}[i%2]
+		in := []*fleettest.Instance{a, b}[i%2]
 		p := fmt.Sprintf("/cold/%d", i)
-		if _, err := coordtest.Get(ctx, in.Coordinator, u.URL()+p, "", coordinator.GetOptions{}); err != nil || u.Count(p) != 1 {
+		if _, err := enginetest.Get(ctx, in.Coordinator, u.URL()+p, "", coordinator.GetOptions{}); err != nil || u.Count(p) != 1 {
 			t.Errorf("cold key %d after an inconsistent quota: %v, %d upstream requests; want it fetched", i, err, u.Count(p))
 		}
 	}
@@ -67,7 +67,7 @@ func TestInconsistentQuotaStopsNothing(t *testing.T) {
 	}
 
 	start := time.Now()
-	if _, err := coordtest.Get(ctx, b.Coordinator, u.URL()+"/sane", "", coordinator.GetOptions{}); err != nil {
+	if _, err := enginetest.Get(ctx, b.Coordinator, u.URL()+"/sane", "", coordinator.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	sb := b.Scrape(t)

@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // Round trips to Redis on the cold path, counted at each instance's
@@ -89,7 +89,7 @@ func TestColdPathRoundTrips(t *testing.T) {
 				r, err := get(t, ctx, b, url)
 				follows <- answer{r, err}
 			}()
-			if err := coordtest.AwaitJoined(ctx, url, 1, b); err != nil { // b follows a's lease
+			if err := enginetest.AwaitJoined(ctx, url, 1, b); err != nil { // b follows a's lease
 				t.Fatal(err)
 			}
 			close(release)
@@ -148,7 +148,7 @@ func TestFollowersBookNoSlot(t *testing.T) {
 	const instances, callers = 5, 10
 	u := fakeupstream.New(t)
 	rs := redistest.Start(t)
-	cfg := coordtest.Protected(u, coordinator.Protection{RateLimit: 2, MaxWait: 10 * time.Second}, nil)
+	cfg := enginetest.Protected(u, coordinator.Protection{RateLimit: 2, MaxWait: 10 * time.Second}, nil)
 	cfg.RedisTimeout = 2 * time.Second // about slots, not a busy machine's Redis timeouts
 	var ins []*coordinator.Coordinator
 	for range instances {
@@ -163,7 +163,7 @@ func TestFollowersBookNoSlot(t *testing.T) {
 	for _, c := range ins {
 		for range callers {
 			wg.Go(func() {
-				if res, err := coordtest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{}); err != nil || !bytes.Equal(res.Doc.Body, u.Body(path)) {
+				if res, err := enginetest.Get(ctx, c, u.URL()+path, "", coordinator.GetOptions{}); err != nil || !bytes.Equal(res.Doc.Body, u.Body(path)) {
 					t.Errorf("Get = %v; want the upstream's body", err)
 				}
 			})
@@ -172,7 +172,7 @@ func TestFollowersBookNoSlot(t *testing.T) {
 	// Every caller waits, and every instance's flight has claimed (the
 	// lock's holder asks the upstream; the others wait for its push),
 	// before the upstream answers.
-	if err := coordtest.AwaitJoined(ctx, u.URL()+path, instances*callers, ins...); err != nil {
+	if err := enginetest.AwaitJoined(ctx, u.URL()+path, instances*callers, ins...); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -181,7 +181,7 @@ func TestFollowersBookNoSlot(t *testing.T) {
 		t.Fatalf("upstream requests = %d; want 1", got)
 	}
 	var wait time.Duration
-	if _, err := coordtest.Get(ctx, ins[instances-1], u.URL()+"/next", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+	if _, err := enginetest.Get(ctx, ins[instances-1], u.URL()+"/next", "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 		if p.Stage == coordinator.StageRateLimited {
 			wait = max(wait, p.Wait)
 		}

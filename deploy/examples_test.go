@@ -559,7 +559,7 @@ var worldHosts = []string{"developer.mozilla.org", "api.github.com"}
 // MDN that serves any /index.json with an ETag (and 304 to it), and a
 // GitHub whose issues answer a team-a token only.
 //
-// Its CA is made here, not with internal/testpki, whose functions take a
+// Its CA is made here, not with internal/testing/testpki, whose functions take a
 // testing.TB: this runs from TestMain, in a process of its own.
 func serveWorld(dir string) error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -15,7 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/coordd/coordd/internal/haproxytest"
+	"github.com/coordd/coordd/internal/testing/haproxytest"
 )
 
 // tcpChecks returns the arguments of haproxy.cfg's tcp-check lines of the

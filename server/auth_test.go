@@ -16,9 +16,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -51,7 +51,7 @@ func (rawAuth) RequireTransportSecurity() bool { return false }
 
 type authEnv struct {
 	up        *fakeupstream.Upstream
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 }
 
 // startAuth runs n instances sharing one Redis, with testTenants, over one
@@ -70,7 +70,7 @@ func startAuth(t *testing.T, n int, opts ...server.Option) *authEnv {
 			{Name: "b", BaseURL: env.up.URL() + "/b"},
 		}}
 		countPerCall(&cfg)
-		env.instances = append(env.instances, coorddtest.Start(t, coorddtest.Options{
+		env.instances = append(env.instances, fleettest.Start(t, fleettest.Options{
 			RedisURL: rd.URL(), Config: cfg, ServerOptions: append([]server.Option{server.WithAuth(a)}, opts...),
 		}))
 	}
@@ -137,7 +137,7 @@ func TestAuthRefusals(t *testing.T) {
 
 func getCall(req *coorddv1.GetOrFetchRequest) func(context.Context, coorddv1.CoordinatorServiceClient) error {
 	return func(ctx context.Context, c coorddv1.CoordinatorServiceClient) error {
-		_, err := coorddtest.Get(ctx, c, req)
+		_, err := fleettest.Get(ctx, c, req)
 		return err
 	}
 }
@@ -178,7 +178,7 @@ func TestTenantsSeparate(t *testing.T) {
 				{"b hits again", b1, coorddv1.Source_SOURCE_L1, 2},
 			}
 			for _, s := range steps {
-				d, err := coorddtest.Get(ctx, s.c, req)
+				d, err := fleettest.Get(ctx, s.c, req)
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}
@@ -199,7 +199,7 @@ func TestTenantsSeparate(t *testing.T) {
 			}
 			// b's copy survives in every instance's L1 and in L2.
 			for i, c := range []coorddv1.CoordinatorServiceClient{b0, b1} {
-				d, err := coorddtest.Get(ctx, c, req)
+				d, err := fleettest.Get(ctx, c, req)
 				if err != nil || d.Meta.GetSource() == coorddv1.Source_SOURCE_UPSTREAM {
 					t.Fatalf("b on instance %d after a's Invalidate: %v, source %v; want its cached copy", i, err, d.GetMeta().GetSource())
 				}
@@ -209,9 +209,9 @@ func TestTenantsSeparate(t *testing.T) {
 			}
 			// a's copy is gone from both instances: instance 1 drops its L1
 			// copy when the invalidation's event reaches it.
-			var d *coorddtest.Doc
+			var d *fleettest.Doc
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if d, err = coorddtest.Get(ctx, a1, req); err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_L1 || time.Now().After(deadline) {
+				if d, err = fleettest.Get(ctx, a1, req); err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_L1 || time.Now().After(deadline) {
 					break
 				}
 			}

@@ -24,9 +24,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 )
 
 // rawMsg is a request sent as the bytes it holds, whatever they are.
@@ -58,7 +58,7 @@ const (
 
 // dialRaw returns a connection to in whose calls send rawMsg bytes as they
 // are; closed on cleanup.
-func dialRaw(t *testing.T, in *coorddtest.Instance) *grpc.ClientConn {
+func dialRaw(t *testing.T, in *fleettest.Instance) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(in.Addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -159,7 +159,7 @@ func badInputs(t *testing.T, goodURL string) []struct {
 
 func TestUndecodableRequestsAreInvalidArgument(t *testing.T) {
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 		Logger:    slog.New(slog.DiscardHandler),
 	}})
@@ -202,9 +202,9 @@ func TestRefusedCallsLogBounded(t *testing.T) {
 		burst, perSecond = 20, 10
 	)
 	u := fakeupstream.New(t)
-	var buf coordtest.SyncBuffer
+	var buf enginetest.SyncBuffer
 	start := time.Now() // the log limiter starts full no earlier than this
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 		Logger:    slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}})

@@ -13,16 +13,16 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
 // waitLogLine waits until logs hold a line with every one of want as a
 // whole field (key=value, or a word), and returns it.
-func waitLogLine(t *testing.T, ctx context.Context, logs *coordtest.SyncBuffer, want ...string) string {
+func waitLogLine(t *testing.T, ctx context.Context, logs *enginetest.SyncBuffer, want ...string) string {
 	t.Helper()
 	for {
 		for line := range strings.SplitSeq(logs.String(), "\n") {
@@ -52,9 +52,9 @@ func TestCallerGoneIsCanceled(t *testing.T) {
 	release := make(chan struct{})
 	u.Set("/held", fakeupstream.Behavior{Block: release})
 	u.Set("/held-http", fakeupstream.Behavior{Block: release})
-	var logs coordtest.SyncBuffer
+	var logs enginetest.SyncBuffer
 	log := slog.New(logctx.NewHandler(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	in := coorddtest.Start(t, coorddtest.Options{Metrics: true, HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{Metrics: true, HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 		Logger:    log,
 	}})
@@ -66,7 +66,7 @@ func TestCallerGoneIsCanceled(t *testing.T) {
 	callCtx, hangUp := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(callCtx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: u.URL() + "/held"})
+		_, err := fleettest.Get(callCtx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: u.URL() + "/held"})
 		done <- err
 	}()
 	if err := u.WaitCount(ctx, "/held", 1); err != nil {

@@ -15,11 +15,11 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // clusterStat returns field of node's CLUSTER INFO; Redis leaves out a
@@ -50,10 +50,10 @@ func clusterStat(t *testing.T, rdb *redis.Client, field string) int64 {
 func TestRedisClusterShardedPubSub(t *testing.T) {
 	rc := redistest.StartCluster(t, 3)
 	up := fakeupstream.New(t)
-	var ins []*coorddtest.Instance
+	var ins []*fleettest.Instance
 	var clients []coorddv1.CoordinatorServiceClient
 	for range 3 {
-		in := coorddtest.Start(t, coorddtest.Options{
+		in := fleettest.Start(t, fleettest.Options{
 			RedisClient: rc.Client(t),
 			Config:      coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}},
 		})
@@ -83,7 +83,7 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 			cs[i] = in.Coordinator
 		}
 		for _, p := range paths {
-			if coordtest.AwaitJoined(ctx, up.URL()+p, perInstance*len(ins), cs...) != nil {
+			if enginetest.AwaitJoined(ctx, up.URL()+p, perInstance*len(ins), cs...) != nil {
 				return
 			}
 		}
@@ -96,7 +96,7 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := coorddtest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: up.URL() + p})
+					d, err := fleettest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: up.URL() + p})
 					switch {
 					case err != nil:
 						errs <- fmt.Errorf("%s via instance %d: %w", p, k, err)
@@ -130,7 +130,7 @@ func TestRedisClusterShardedPubSub(t *testing.T) {
 	}
 	for k := 1; k < len(ins); k++ {
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			d, err := coorddtest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: target})
+			d, err := fleettest.Get(ctx, clients[k], &coorddv1.GetOrFetchRequest{Url: target})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -285,7 +285,7 @@ func TestRedisClusterShardChannelSlotMoves(t *testing.T) {
 // one fake upstream.
 func clusterFleet(t *testing.T, rc *redistest.Cluster, n int) *fleet {
 	t.Helper()
-	return newFleet(coorddtest.StartFleet(t, n, coorddtest.FleetOptions{
+	return newFleet(fleettest.StartFleet(t, n, fleettest.FleetOptions{
 		RedisClient: func(coordinator.Config) redis.UniversalClient { return rc.Client(t) },
 	}))
 }
@@ -412,7 +412,7 @@ func TestRedisClusterFailoverWithoutShardChannel(t *testing.T) {
 // counted upstream requests.
 func failoverFleet(t *testing.T, rc *redistest.Cluster) *fleet {
 	t.Helper()
-	return newFleet(coorddtest.StartFleet(t, 3, coorddtest.FleetOptions{
+	return newFleet(fleettest.StartFleet(t, 3, fleettest.FleetOptions{
 		Tune:         func(cfg *coordinator.Config) { fastRedis(cfg); countPerCall(cfg) },
 		CountFetches: true,
 		Metrics:      true,

@@ -15,10 +15,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // TestWatchdogHoldsLeaseForSlowUpstream: an upstream slower than the lock
@@ -44,26 +44,26 @@ func TestProgressEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	type res struct {
-		d   *coorddtest.Doc
+		d   *fleettest.Doc
 		err error
 	}
 	leader, follower := make(chan res, 1), make(chan res, 1)
 	go func() {
-		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+		d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
 		leader <- res{d, err}
 	}()
 	if err := cl.up.WaitCount(ctx, "/p", 1); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
-		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+		d, err := fleettest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
 		follower <- res{d, err}
 	}()
 	if err := cl.awaitJoined(ctx, "/p", 2); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
-	has := func(d *coorddtest.Doc, role coorddv1.Role, stage coorddv1.Stage) bool {
+	has := func(d *fleettest.Doc, role coorddv1.Role, stage coorddv1.Stage) bool {
 		for _, p := range d.Progress {
 			if p.GetRole() == role && p.GetStage() == stage {
 				return true
@@ -81,7 +81,7 @@ func TestProgressEvents(t *testing.T) {
 	if !has(f.d, coorddv1.Role_ROLE_FOLLOWER, coorddv1.Stage_STAGE_WAITING_LEADER) || f.d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
 		t.Fatalf("follower progress %v, source %v; want FOLLOWER/WAITING_LEADER and L2", f.d.Progress, f.d.Meta.GetSource())
 	}
-	h, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
+	h, err := fleettest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/p")})
 	if err != nil || !has(h, coorddv1.Role_ROLE_HIT, coorddv1.Stage_STAGE_UNSPECIFIED) || h.Meta.GetSource() != coorddv1.Source_SOURCE_L1 {
 		t.Fatalf("hit: %v, %v; want ROLE_HIT from L1", err, h)
 	}
@@ -90,7 +90,7 @@ func TestProgressEvents(t *testing.T) {
 func TestUpstreamTimeout(t *testing.T) {
 	cl := startCluster(t, 1, func(c *coordinator.Config) { c.Upstreams[0].Timeout = 200 * time.Millisecond })
 	cl.up.Set("/hang", fakeupstream.Hang())
-	_, err := coorddtest.Get(context.Background(), cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hang")})
+	_, err := fleettest.Get(context.Background(), cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hang")})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err = %v; want UNAVAILABLE after the per-attempt timeout", err)
 	}
@@ -104,9 +104,9 @@ func TestCustomKeyCannotPoison(t *testing.T) {
 	cl := startCluster(t, 2, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	get := func(i int, path, key string) *coorddtest.Doc {
+	get := func(i int, path, key string) *fleettest.Doc {
 		t.Helper()
-		d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), Key: key})
+		d, err := fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), Key: key})
 		if err != nil {
 			t.Fatalf("GetOrFetch(%s, key %q): %v", path, key, err)
 		}
@@ -135,7 +135,7 @@ func TestCustomKeyCannotPoison(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := coorddtest.Get(ctx, cl.clients[i%2], &coorddv1.GetOrFetchRequest{Url: cl.url(fmt.Sprintf("/x%d", 1+i%2)), Key: "shared"})
+			d, err := fleettest.Get(ctx, cl.clients[i%2], &coorddv1.GetOrFetchRequest{Url: cl.url(fmt.Sprintf("/x%d", 1+i%2)), Key: "shared"})
 			if d != nil {
 				bodies[i] = d.Body
 			}
@@ -143,7 +143,7 @@ func TestCustomKeyCannotPoison(t *testing.T) {
 		}()
 	}
 	cs := []*coordinator.Coordinator{cl.instances[0].Coordinator, cl.instances[1].Coordinator}
-	if err := coordtest.AwaitJoined(ctx, "shared", 20, cs...); err != nil {
+	if err := enginetest.AwaitJoined(ctx, "shared", 20, cs...); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -191,7 +191,7 @@ func TestManyKeysWithCancellations(t *testing.T) {
 				cctx, ccancel = context.WithTimeout(ctx, time.Duration(rand.N(150))*time.Millisecond)
 				defer ccancel()
 			}
-			d, err := coorddtest.Get(cctx, cl.clients[i%3], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			d, err := fleettest.Get(cctx, cl.clients[i%3], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 			if i%3 == 0 {
 				// A short deadline may also mean no rate-limit slot in time.
 				if c := status.Code(err); err != nil && c != codes.DeadlineExceeded && c != codes.Canceled && c != codes.ResourceExhausted {
@@ -230,7 +230,7 @@ func TestStaleRefreshedByOneInstance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, c := range cl.clients { // every L1 holds the document
-		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr")}); err != nil {
+		if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -250,7 +250,7 @@ func TestStaleRefreshedByOneInstance(t *testing.T) {
 	}
 	// After the refresh, a no_stale caller anywhere gets the fresh copy.
 	for i, c := range cl.clients {
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr"), NoStale: true})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/swr"), NoStale: true})
 		if err != nil || d.Meta.GetStale() {
 			t.Fatalf("instance %d after refresh: %v, %v", i, err, d.GetMeta())
 		}
@@ -294,13 +294,13 @@ func TestMaxAge(t *testing.T) {
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = 10 * time.Minute })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	get := func(i int, maxAge time.Duration) *coorddtest.Doc {
+	get := func(i int, maxAge time.Duration) *fleettest.Doc {
 		t.Helper()
 		req := &coorddv1.GetOrFetchRequest{Url: cl.url("/age")}
 		if maxAge > 0 {
 			req.MaxAge = durationpb.New(maxAge)
 		}
-		d, err := coorddtest.Get(ctx, cl.clients[i], req)
+		d, err := fleettest.Get(ctx, cl.clients[i], req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +331,7 @@ func TestMaxAge(t *testing.T) {
 	if d := get(1, time.Minute); d.Meta.GetSource() == coorddv1.Source_SOURCE_UPSTREAM {
 		t.Fatal("refetched a copy that is recent enough")
 	}
-	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/age"), MaxAge: durationpb.New(-time.Second)}); status.Code(err) != codes.InvalidArgument {
+	if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/age"), MaxAge: durationpb.New(-time.Second)}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("negative max_age: %v; want INVALID_ARGUMENT", err)
 	}
 	if got := cl.up.Count("/age"); got != 2 {

@@ -17,10 +17,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
 )
@@ -41,7 +41,7 @@ const (
 
 type credEnv struct {
 	api       *fakeapi.API
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 }
 
 // startCredEnv runs n instances sharing one Redis in front of a fake API:
@@ -79,7 +79,7 @@ func startCredEnv(t *testing.T, n int) *credEnv {
 			},
 		}
 		countPerCall(&cfg)
-		env.instances = append(env.instances, coorddtest.Start(t, coorddtest.Options{
+		env.instances = append(env.instances, fleettest.Start(t, fleettest.Options{
 			RedisURL: rd.URL(), Config: cfg, ServerOptions: []server.Option{server.WithAuth(a)}, HTTP: true,
 		}))
 	}
@@ -140,7 +140,7 @@ func TestCredentialScopes(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: u, Credential: k.credential,
+					d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: u, Credential: k.credential,
 						Headers: []*coorddv1.Header{{Name: "user-agent", Value: "some-client/1.0"}, {Name: "Accept", Value: "*/*"}}})
 					switch {
 					case err != nil:
@@ -179,12 +179,12 @@ func TestCredentialScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range env.instances {
-		d, err := coorddtest.Get(ctx, env.client(t, i, credTokC), &coorddv1.GetOrFetchRequest{Url: u})
+		d, err := fleettest.Get(ctx, env.client(t, i, credTokC), &coorddv1.GetOrFetchRequest{Url: u})
 		if err != nil || viewerOf(t, d.Body) != "carol" || d.Meta.GetSource() == coorddv1.Source_SOURCE_UPSTREAM {
 			t.Fatalf("carol on instance %d after team-a's Invalidate: %v, source %v; want her cached copy", i, err, d.GetMeta().GetSource())
 		}
 	}
-	d, err := coorddtest.Get(ctx, env.client(t, 0, credTokB), &coorddv1.GetOrFetchRequest{Url: u})
+	d, err := fleettest.Get(ctx, env.client(t, 0, credTokB), &coorddv1.GetOrFetchRequest{Url: u})
 	if err != nil || viewerOf(t, d.Body) != "shared-bot" || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
 		t.Fatalf("team-b after team-a invalidated the shared copy: %v, source %v; want a new fetch", err, d.GetMeta().GetSource())
 	}
@@ -205,11 +205,11 @@ func TestRequestVariants(t *testing.T) {
 	js := &coorddv1.GetOrFetchRequest{Url: readme, Headers: []*coorddv1.Header{{Name: "Accept", Value: "application/json"}}}
 	for i := range env.instances {
 		c := env.client(t, i, credTokB)
-		dr, err := coorddtest.Get(ctx, c, raw)
+		dr, err := fleettest.Get(ctx, c, raw)
 		if err != nil || !strings.HasPrefix(string(dr.Body), "# r\n") || dr.Meta.GetContentType() != "text/plain; charset=utf-8" {
 			t.Fatalf("instance %d, raw: %v, %q, %q", i, err, dr.GetMeta().GetContentType(), dr.Body)
 		}
-		dj, err := coorddtest.Get(ctx, c, js)
+		dj, err := fleettest.Get(ctx, c, js)
 		if err != nil || viewerOf(t, dj.Body) != "shared-bot" {
 			t.Fatalf("instance %d, json: %v, %v", i, err, dj)
 		}
@@ -218,9 +218,9 @@ func TestRequestVariants(t *testing.T) {
 		t.Errorf("upstream requests = %d; want 2 (one per Accept)", got)
 	}
 	// HEAD: the metadata of the cached GET, no body.
-	h, err := coorddtest.Get(ctx, env.client(t, 1, credTokB), &coorddv1.GetOrFetchRequest{Url: readme, Head: true, Headers: js.Headers})
+	h, err := fleettest.Get(ctx, env.client(t, 1, credTokB), &coorddv1.GetOrFetchRequest{Url: readme, Head: true, Headers: js.Headers})
 	if err == nil || h.GetMeta().GetSize() == 0 || h.Chunks != 0 {
-		// coorddtest.Get checks that the body has the metadata's size: a
+		// fleettest.Get checks that the body has the metadata's size: a
 		// HEAD's does not.
 		t.Fatalf("head: %v, size %d, %d chunks; want the size and no chunk", err, h.GetMeta().GetSize(), h.Chunks)
 	}
@@ -228,7 +228,7 @@ func TestRequestVariants(t *testing.T) {
 		t.Errorf("upstream requests after HEAD = %d; want 2", got)
 	}
 	issues := env.api.URL() + "/repos/o/r/issues?per_page=30"
-	d, err := coorddtest.Get(ctx, env.client(t, 0, credTokB), &coorddv1.GetOrFetchRequest{Url: issues})
+	d, err := fleettest.Get(ctx, env.client(t, 0, credTokB), &coorddv1.GetOrFetchRequest{Url: issues})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestCredentialRefusals(t *testing.T) {
 		"accept over 1 KiB":  {&coorddv1.GetOrFetchRequest{Url: u, Headers: []*coorddv1.Header{{Name: "Accept", Value: "secret-value" + strings.Repeat("x", 1100)}}}, codes.InvalidArgument},
 		"bad header name":    {&coorddv1.GetOrFetchRequest{Url: u, Headers: []*coorddv1.Header{{Name: "Bad Name", Value: "1"}}}, codes.InvalidArgument},
 	} {
-		_, err := coorddtest.Get(ctx, c, tc.req)
+		_, err := fleettest.Get(ctx, c, tc.req)
 		if status.Code(err) != tc.want || strings.Contains(err.Error(), "secret-value") {
 			t.Errorf("%s: %v; want %v without the value", name, err, tc.want)
 		}

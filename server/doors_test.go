@@ -20,8 +20,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -30,14 +30,14 @@ import (
 
 // startDoor runs one instance with tenants (testTenants), its HTTP door
 // and metrics, over a fake upstream named "a" (and "b"), with cfg.
-func startDoor(t *testing.T, cfg server.Config) (*coorddtest.Instance, *fakeupstream.Upstream) {
+func startDoor(t *testing.T, cfg server.Config) (*fleettest.Instance, *fakeupstream.Upstream) {
 	t.Helper()
 	a, err := server.NewAuth(testTenants)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{
+	in := fleettest.Start(t, fleettest.Options{
 		Config: coordinator.Config{
 			Upstreams: []coordinator.Upstream{{Name: "a", BaseURL: u.URL() + "/a"}, {Name: "b", BaseURL: u.URL() + "/b"}},
 			Logger:    slog.New(slog.DiscardHandler),
@@ -56,7 +56,7 @@ type rawConn struct {
 	r *bufio.Reader
 }
 
-func dialDoor(t *testing.T, in *coorddtest.Instance) *rawConn {
+func dialDoor(t *testing.T, in *fleettest.Instance) *rawConn {
 	t.Helper()
 	c, err := net.Dial("tcp", strings.TrimPrefix(in.HTTPURL, "http://"))
 	if err != nil {
@@ -160,7 +160,7 @@ func TestStalledCallersHoldNoSlot(t *testing.T) {
 
 	// Authenticated callers are answered at once, on both doors.
 	docURL := u.URL() + "/b/doc"
-	d, err := coorddtest.Get(ctx, in.Dial(t, grpc.WithPerRPCCredentials(bearer(tokenB))), &coorddv1.GetOrFetchRequest{Url: docURL})
+	d, err := fleettest.Get(ctx, in.Dial(t, grpc.WithPerRPCCredentials(bearer(tokenB))), &coorddv1.GetOrFetchRequest{Url: docURL})
 	if err != nil {
 		t.Fatalf("gRPC GetOrFetch beside stalled callers: %v", err)
 	}
@@ -255,7 +255,7 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	notFound := "GET /nowhere HTTP/1.1\r\nHost: coordd\r\n\r\n"
 	// Each subtest has an instance of its own: a connection of another
 	// may turn idle late on a busy machine, and take an idle slot.
-	start := func(t *testing.T) *coorddtest.Instance {
+	start := func(t *testing.T) *fleettest.Instance {
 		in, _ := startDoor(t, server.Config{HTTPMaxPendingConns: bound, HTTPMaxIdleConns: bound})
 		return in
 	}
@@ -376,7 +376,7 @@ func TestRefusedBodyClosesConnection(t *testing.T) {
 	const conns = 60
 	half := "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n" + strings.Repeat(" ", 50)
 	tenants, _ := startDoor(t, server.Config{})
-	open := coorddtest.Start(t, coorddtest.Options{
+	open := fleettest.Start(t, fleettest.Options{
 		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "a", BaseURL: fakeupstream.New(t).URL()}},
 			Logger: slog.New(slog.DiscardHandler)},
 		Server: server.Config{HTTPBodyTimeout: time.Second},
@@ -384,7 +384,7 @@ func TestRefusedBodyClosesConnection(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		name string
-		in   *coorddtest.Instance
+		in   *fleettest.Instance
 		req  string
 		want int
 	}{

@@ -16,12 +16,12 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // cluster is n coordd instances sharing one real Redis, in front of one
@@ -29,16 +29,16 @@ import (
 type cluster struct {
 	redis     *redistest.Server
 	up        *fakeupstream.Upstream
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
-// startCluster starts a Redis and n instances on it (coorddtest.StartFleet),
+// startCluster starts a Redis and n instances on it (fleettest.StartFleet),
 // each configured by tune when it is set.
 func startCluster(t testing.TB, n int, tune func(*coordinator.Config)) *cluster {
 	t.Helper()
 	rs := redistest.Start(t)
-	f := coorddtest.StartFleet(t, n, coorddtest.FleetOptions{RedisURL: rs.URL(), Tune: tune})
+	f := fleettest.StartFleet(t, n, fleettest.FleetOptions{RedisURL: rs.URL(), Tune: tune})
 	return &cluster{redis: rs, up: f.Up, instances: f.Instances, clients: f.Clients}
 }
 
@@ -66,7 +66,7 @@ func countPerCall(c *coordinator.Config) {
 
 // holdFirst holds the upstream's answers to path from its first request
 // until callers callers wait for it across the instances (every one of
-// them joined a flight that leads or follows: coordtest.Joined), then runs
+// them joined a flight that leads or follows: enginetest.Joined), then runs
 // during, if set, then lets every answer through. If ctx ends first, it
 // lets them through at once.
 func (cl *cluster) holdFirst(ctx context.Context, path string, callers int, during func()) {
@@ -84,14 +84,14 @@ func (cl *cluster) holdFirst(ctx context.Context, path string, callers int, duri
 }
 
 // awaitJoined waits until callers callers wait for path across the
-// instances, each in a flight that leads or follows (coordtest.Joined),
+// instances, each in a flight that leads or follows (enginetest.Joined),
 // or ctx ends.
 func (cl *cluster) awaitJoined(ctx context.Context, path string, callers int) error {
 	cs := make([]*coordinator.Coordinator, len(cl.instances))
 	for i, in := range cl.instances {
 		cs[i] = in.Coordinator
 	}
-	return coordtest.AwaitJoined(ctx, cl.url(path), callers, cs...)
+	return enginetest.AwaitJoined(ctx, cl.url(path), callers, cs...)
 }
 
 // waitUnlocked waits until no instance holds key's fill lock.
@@ -111,7 +111,7 @@ func (cl *cluster) waitUnlocked(t testing.TB, key string) {
 }
 
 type outcome struct {
-	doc      *coorddtest.Doc
+	doc      *fleettest.Doc
 	err      error
 	instance int
 	at       time.Time // when the metadata arrived
@@ -130,7 +130,7 @@ func (cl *cluster) burst(t *testing.T, ctx context.Context, callers int, req fun
 			defer wg.Done()
 			<-start
 			k := i % len(cl.clients)
-			d, err := coorddtest.Get(ctx, cl.clients[k], req(i))
+			d, err := fleettest.Get(ctx, cl.clients[k], req(i))
 			out[i] = outcome{doc: d, err: err, instance: k, at: time.Now()}
 		}()
 	}
@@ -198,7 +198,7 @@ func TestLargeBodyStreamsInChunks(t *testing.T) {
 	defer cancel()
 	want := fakeupstream.SizedBody(path, size)
 	for i, c := range []coorddv1.CoordinatorServiceClient{cl.clients[0], cl.clients[1], cl.clients[0]} {
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		if err != nil {
 			t.Fatalf("get %d: %v", i, err)
 		}
@@ -223,7 +223,7 @@ func TestBodyOverLimitFailsAndIsNotCached(t *testing.T) {
 	cl.up.Set("/huge", fakeupstream.Behavior{Size: 5000})
 	ctx := context.Background()
 	for range 2 {
-		_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/huge")})
+		_, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/huge")})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "max_body_bytes") {
 			t.Fatalf("err = %v; want FAILED_PRECONDITION naming max_body_bytes", err)
 		}
@@ -243,8 +243,8 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 	})
 	const path = "/stale"
 	ctx := context.Background()
-	get := func(i int, noStale bool) (*coorddtest.Doc, error) {
-		return coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: noStale})
+	get := func(i int, noStale bool) (*fleettest.Doc, error) {
+		return fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: noStale})
 	}
 	if _, err := get(0, false); err != nil {
 		t.Fatal(err)
@@ -257,7 +257,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 	// wait for the flight.
 	const ifError = "/stale-if-error"
 	cl.up.Set(ifError, fakeupstream.Behavior{}.WithHeader("Cache-Control", "max-age=60, stale-while-revalidate=1, stale-if-error=3600"))
-	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)}); err != nil {
+	if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)}); err != nil {
 		t.Fatal(err)
 	}
 	want := cl.up.Body(path)
@@ -267,7 +267,7 @@ func TestStaleIfErrorAndWhileRevalidate(t *testing.T) {
 
 	// stale-if-error: the flight fails; the stale copy is served instead,
 	// to a call that accepts one.
-	d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)})
+	d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(ifError)})
 	if err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body(ifError)) || d.Meta.GetStatusCode() != 200 {
 		t.Fatalf("stale-if-error call: %v, %+v; want the stale copy", err, d.GetMeta())
 	}
@@ -304,7 +304,7 @@ func TestStaleIfErrorFromL2(t *testing.T) {
 	clk := testclock.New(time.Now())
 	cl := startCluster(t, 2, func(c *coordinator.Config) { c.Now = clk.Now; c.Upstreams[0].TTL = time.Minute })
 	ctx := context.Background()
-	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
+	if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")}); err != nil {
 		t.Fatal(err)
 	}
 	// The leader answers its callers before it stores in Redis; the store
@@ -312,7 +312,7 @@ func TestStaleIfErrorFromL2(t *testing.T) {
 	cl.waitUnlocked(t, cl.url("/x"))
 	clk.Advance(2 * time.Minute)
 	cl.up.Set("/x", fakeupstream.ResetConnection())
-	d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")})
+	d, err := fleettest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/x")})
 	if err != nil || !d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
 		t.Fatalf("got %v, %+v; want the stale L2 copy", err, d)
 	}
@@ -330,15 +330,15 @@ func TestStaleCopyLandedAfterL2MissServedOnError(t *testing.T) {
 	countPerCall(&cfg)
 	const path = "/late-land"
 	proxy := redistest.StartProxy(t, rs.Addr())
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
+	a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: proxy.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	release := make(chan struct{})
 	up.Set(path, fakeupstream.Behavior{Block: release})
 	get := func(c coorddv1.CoordinatorServiceClient, out chan<- outcome) {
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
 		out <- outcome{doc: d, err: err}
 	}
 	ra, rb := make(chan outcome, 1), make(chan outcome, 1)
@@ -395,7 +395,7 @@ func TestBadInputRefusedBeforeIO(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := coorddtest.Get(ctx, c, tt.req)
+			_, err := fleettest.Get(ctx, c, tt.req)
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v); want %v", got, err, tt.want)
 			}
@@ -411,7 +411,7 @@ func TestBadInputRefusedBeforeIO(t *testing.T) {
 		t.Fatalf("upstream saw %d requests; want 0", n)
 	}
 	// And the server still serves.
-	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/ok")}); err != nil {
+	if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/ok")}); err != nil {
 		t.Fatalf("after bad input: %v", err)
 	}
 }
@@ -441,7 +441,7 @@ func TestUpstreamStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			for range 2 {
-				d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
 				if status.Code(err) != tt.wantCode {
 					t.Fatalf("code = %v (%v); want %v", status.Code(err), err, tt.wantCode)
 				}
@@ -464,7 +464,7 @@ func TestInvalidateEveryInstance(t *testing.T) {
 	ctx := context.Background()
 	const path = "/inval"
 	for _, c := range cl.clients {
-		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+		if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -477,7 +477,7 @@ func TestInvalidateEveryInstance(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, c := range cl.clients {
 		for {
-			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -494,20 +494,20 @@ func TestInvalidateEveryInstance(t *testing.T) {
 
 func TestSingleNodeMode(t *testing.T) {
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
+	in := fleettest.Start(t, fleettest.Options{Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
 	c := in.Dial(t)
 	release := make(chan struct{})
 	up.Set("/a", fakeupstream.Behavior{Block: release})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	go func() { _ = coordtest.AwaitJoined(ctx, up.URL()+"/a", 200, in.Coordinator); close(release) }()
+	go func() { _ = enginetest.AwaitJoined(ctx, up.URL()+"/a", 200, in.Coordinator); close(release) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for range 200 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/a"})
+			d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/a"})
 			if err == nil && !bytes.Equal(d.Body, up.Body("/a")) {
 				err = fmt.Errorf("body differs")
 			}

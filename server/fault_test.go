@@ -14,9 +14,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -115,7 +115,7 @@ func TestLockHolderInstanceCrashes(t *testing.T) {
 	// Instance 0 leads: its caller arrives first and its fetch hangs.
 	leaderErr := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		_, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		leaderErr <- err
 	}()
 	if err := cl.up.WaitCount(ctx, path, 1); err != nil {
@@ -158,7 +158,7 @@ func TestRedisFrozen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Warm one key into L1 first.
-	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/warm")}); err != nil {
+	if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/warm")}); err != nil {
 		t.Fatal(err)
 	}
 	cl.redis.Pause()
@@ -226,7 +226,7 @@ func TestHealthAndReflection(t *testing.T) {
 	cl.up.Set("/slow", fakeupstream.Behavior{Block: release})
 	got := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(context.Background(), cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/slow")})
+		_, err := fleettest.Get(context.Background(), cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/slow")})
 		got <- err
 	}()
 	if err := cl.up.WaitCount(context.Background(), "/slow", 1); err != nil {
@@ -245,7 +245,7 @@ func TestHealthAndReflection(t *testing.T) {
 	<-drained
 }
 
-func healthClient(t *testing.T, in *coorddtest.Instance) healthpb.HealthClient {
+func healthClient(t *testing.T, in *fleettest.Instance) healthpb.HealthClient {
 	t.Helper()
 	cc, err := grpc.NewClient(in.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -267,14 +267,14 @@ func healthStatus(t *testing.T, hc healthpb.HealthClient, svc string) healthpb.H
 // waitFor waits until cond holds, failing the test after limit.
 func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
 	t.Helper()
-	coordtest.WaitFor(t, limit, "the condition", cond)
+	enginetest.WaitFor(t, limit, "the condition", cond)
 }
 
 // awaitSubscribers waits until each of chs, plain channels or shard
 // channels (shard) of rdb's server, has n subscribers, or ctx ends: the
 // instances subscribed again after their subscriptions were cut.
 func awaitSubscribers(ctx context.Context, rdb *redis.Client, chs []string, shard bool, n int) error {
-	return coordtest.Poll(ctx, func() bool {
+	return enginetest.Poll(ctx, func() bool {
 		count := rdb.PubSubNumSub
 		if shard {
 			count = rdb.PubSubShardNumSub
@@ -302,13 +302,13 @@ func TestStartsWithRedisDown(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool { return !cl.instances[0].Coordinator.RedisHealthy() })
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: cl.up.URL()}}}
 	fastRedis(&cfg)
-	in := coorddtest.Start(t, coorddtest.Options{RedisURL: cl.redis.URL(), Config: cfg})
+	in := fleettest.Start(t, fleettest.Options{RedisURL: cl.redis.URL(), Config: cfg})
 	c := in.Dial(t)
 	ctx := context.Background()
 	if in.Coordinator.RedisHealthy() {
 		t.Fatal("RedisHealthy with Redis down")
 	}
-	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/early")}); err != nil {
+	if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/early")}); err != nil {
 		t.Fatalf("with Redis down at start: %v", err)
 	}
 	cl.redis.Restart()
@@ -336,13 +336,13 @@ func TestLeaderStoppedHandsOff(t *testing.T) {
 	cl.up.SetSequence("/deploy", []fakeupstream.Behavior{{Block: release}, {}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	go func() { _, _ = coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")}) }()
+	go func() { _, _ = fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")}) }()
 	if err := cl.up.WaitCount(ctx, "/deploy", 1); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan outcome, 1)
 	go func() {
-		d, err := coorddtest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")})
+		d, err := fleettest.Get(ctx, cl.clients[1], &coorddv1.GetOrFetchRequest{Url: cl.url("/deploy")})
 		got <- outcome{doc: d, err: err}
 	}()
 	if err := cl.awaitJoined(ctx, "/deploy", 2); err != nil { // the follower waits on instance 0

@@ -14,12 +14,12 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // Tests of the coordination protocol's hardening: failed writes and lost
@@ -78,20 +78,20 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	slowLease(&cfg)
 	const path = "/lost-reply"
 	proxy := redistest.StartProxy(t, rs.Addr())
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	a := fleettest.Start(t, fleettest.Options{RedisURL: proxy.URL(), Config: cfg})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Load the scripts into Redis, so the lock command runs at once.
-	if _, err := coorddtest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/warm"}); err != nil {
+	if _, err := fleettest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/warm"}); err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
 	up.Set(path, fakeupstream.Behavior{Block: release})
 	held, _ := proxy.HoldNext("lock", path)
 	get := func(c coorddv1.CoordinatorServiceClient, who string, out chan<- error) {
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + path})
 		if err == nil && !bytes.Equal(d.Body, up.Body(path)) {
 			err = errShape(who + ": wrong body")
 		}
@@ -104,7 +104,7 @@ func TestLostLockReplyStillWakesFollowers(t *testing.T) {
 	}
 	<-held // the lock command ran, its reply lost
 	go get(cb, "follower", follower)
-	if err := coordtest.AwaitJoined(ctx, up.URL()+path, 1, b.Coordinator); err != nil { // the follower subscribed
+	if err := enginetest.AwaitJoined(ctx, up.URL()+path, 1, b.Coordinator); err != nil { // the follower subscribed
 		t.Fatal(err)
 	}
 	close(release)
@@ -136,9 +136,9 @@ func TestInvalidateFencesFillInFlight(t *testing.T) {
 	release := make(chan struct{})
 	old, cur := []byte("old body"), []byte("new body")
 	cl.up.SetSequence(path, []fakeupstream.Behavior{{Block: release, Body: old}, {Body: cur}})
-	first := make(chan *coorddtest.Doc, 1)
+	first := make(chan *fleettest.Doc, 1)
 	go func() {
-		d, _ := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		d, _ := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		first <- d
 	}()
 	if err := cl.up.WaitCount(ctx, path, 1); err != nil {
@@ -154,7 +154,7 @@ func TestInvalidateFencesFillInFlight(t *testing.T) {
 	<-first // joined before the invalidation: either body is fine
 	for i, c := range cl.clients {
 		for range 2 {
-			d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+			d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,11 +181,11 @@ func TestInvalidateWithdrawsFlightsStaleCopy(t *testing.T) {
 	cl.up.SetSequence(path, []fakeupstream.Behavior{{Body: v0}, {Block: release, Body: v1}, {Body: v2}})
 	defer close(release)
 	c := cl.clients[0]
-	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+	if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute) // stale
-	if d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil || !d.Meta.GetStale() {
+	if d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil || !d.Meta.GetStale() {
 		t.Fatalf("%v, %v; want the stale copy while the refresh runs", err, d.GetMeta())
 	}
 	if err := cl.up.WaitCount(ctx, path, 2); err != nil {
@@ -194,7 +194,7 @@ func TestInvalidateWithdrawsFlightsStaleCopy(t *testing.T) {
 	if _, err := c.Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(path)}); err != nil {
 		t.Fatal(err)
 	}
-	d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+	d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 	// follower's instance dropped it, it had received the fail.
 	const marker = "/late-fail-marker"
 	for _, c := range cl.clients {
-		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(marker)}); err != nil {
+		if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(marker)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,7 +228,7 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 		}
 		follower := 0
 		for i, in := range cl.instances {
-			for _, f := range coordtest.Flights(in.Coordinator) {
+			for _, f := range enginetest.Flights(in.Coordinator) {
 				if f.URL == cl.url(path) && f.Role == "follower" {
 					follower = i
 				}
@@ -237,7 +237,7 @@ func TestLateFailFromAnotherLeaderIgnored(t *testing.T) {
 		if _, err := cl.clients[1-follower].Invalidate(ctx, &coorddv1.InvalidateRequest{Url: cl.url(marker)}); err != nil {
 			t.Error(err)
 		}
-		err := coordtest.Poll(ctx, func() bool { return cl.instances[follower].Coordinator.L1Stats().Entries == 0 })
+		err := enginetest.Poll(ctx, func() bool { return cl.instances[follower].Coordinator.L1Stats().Entries == 0 })
 		if err != nil {
 			t.Errorf("the invalidation published after the fail event never reached both instances: %v", err)
 		}
@@ -266,9 +266,9 @@ func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
 	cl.up.SetSequence(path, []fakeupstream.Behavior{{Body: v1}, {Body: v2}, fakeupstream.Status(503)})
 	c := cl.clients[0]
 	rdb := cl.redis.Client(t)
-	get := func() *coorddtest.Doc {
+	get := func() *fleettest.Doc {
 		t.Helper()
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +283,7 @@ func TestOlderL2CopyNeverReplacesNewerL1(t *testing.T) {
 	if err := rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: true}); err != nil || !bytes.Equal(d.Body, v2) {
+	if d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(path), NoStale: true}); err != nil || !bytes.Equal(d.Body, v2) {
 		t.Fatalf("refresh: %v, %q; want v2", err, d.GetMeta())
 	}
 	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
@@ -314,7 +314,7 @@ func TestMaxAgeFloor(t *testing.T) {
 	defer cancel()
 	for range 20 {
 		clk.Advance(100 * time.Millisecond)
-		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
+		if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,7 +322,7 @@ func TestMaxAgeFloor(t *testing.T) {
 		t.Fatalf("upstream requests = %d for 20 calls with max_age 1ns within 2s; want 1 (max_age raised to the 10s floor)", got)
 	}
 	clk.Advance(10 * time.Second)
-	if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
+	if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/floor"), MaxAge: durationpb.New(time.Nanosecond)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := cl.up.Count("/floor"); got != 2 {
@@ -344,7 +344,7 @@ func TestBypassDoesNotQueueAheadOfColdMisses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 5 {
-		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i)))}); err != nil {
+		if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i)))}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,18 +353,18 @@ func TestBypassDoesNotQueueAheadOfColdMisses(t *testing.T) {
 	coldErrs := make(chan error, 10)
 	for i := range 10 {
 		wg.Go(func() {
-			_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/cold/" + string(rune('a'+i)))})
+			_, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/cold/" + string(rune('a'+i)))})
 			coldErrs <- err
 		})
 	}
 	// Once the cold misses queue (the 2nd has asked upstream, the rest
 	// wait), the bypassing callers come.
 	waitFor(t, 10*time.Second, func() bool { return cl.up.Total() >= 7 })
-	var bypass []*coorddtest.Doc
+	var bypass []*fleettest.Doc
 	var mu sync.Mutex
 	for i := range 5 {
 		wg.Go(func() {
-			d, _ := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i))), MaxAge: durationpb.New(time.Second)})
+			d, _ := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/hot/" + string(rune('a'+i))), MaxAge: durationpb.New(time.Second)})
 			mu.Lock()
 			bypass = append(bypass, d)
 			mu.Unlock()
@@ -407,7 +407,7 @@ func TestRedisFlapsEveryInstanceRecovers(t *testing.T) {
 					return
 				default:
 				}
-				_, _ = coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url("/flap/" + string(rune('a'+n%20)))})
+				_, _ = fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url("/flap/" + string(rune('a'+n%20)))})
 			}
 		})
 	}
@@ -467,9 +467,9 @@ func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl.up.SetSequence(path, []fakeupstream.Behavior{{}, fakeupstream.Status(403)})
-	get := func(i int) *coorddtest.Doc {
+	get := func(i int) *fleettest.Doc {
 		t.Helper()
-		d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		d, err := fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,7 +490,7 @@ func TestUncacheableAnswerDropsStaleCopy(t *testing.T) {
 			d.Meta.GetStatusCode(), d.Meta.GetStale())
 	}
 	// Instance 1 drops its copy when the leader's announcement reaches it.
-	var d *coorddtest.Doc
+	var d *fleettest.Doc
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if d = get(1); d.Meta.GetStatusCode() == 403 || time.Now().After(deadline) {
 			break
@@ -520,7 +520,7 @@ func TestFailedRefreshCoolsDown(t *testing.T) {
 	in := cl.instances[0]
 	get := func() {
 		t.Helper()
-		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+		d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 		if err != nil || !bytes.Equal(d.Body, cl.up.Body(path)) {
 			t.Fatalf("%v; want the (stale) body", err)
 		}
@@ -598,8 +598,8 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	fastRedis(&cfg)
 	proxy := redistest.StartProxy(t, rs.Addr())
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: proxy.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	a := fleettest.Start(t, fleettest.Options{RedisURL: proxy.URL(), Config: cfg})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 	ca, cb := a.Dial(t), b.Dial(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -630,13 +630,13 @@ func TestDegradedLeaderNeverWritesUnannounced(t *testing.T) {
 	proxy.Freeze(true) // instance a finds Redis down and leads in-process
 	resA := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: url})
+		_, err := fleettest.Get(ctx, ca, &coorddv1.GetOrFetchRequest{Url: url})
 		resA <- err
 	}()
 	if err := up.WaitCount(ctx, path, 1); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _, _ = coorddtest.Get(ctx, cb, &coorddv1.GetOrFetchRequest{Url: url}) }() // b leads through Redis
+	go func() { _, _ = fleettest.Get(ctx, cb, &coorddv1.GetOrFetchRequest{Url: url}) }() // b leads through Redis
 	if err := up.WaitCount(ctx, path, 2); err != nil {
 		t.Fatal(err)
 	}

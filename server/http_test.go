@@ -17,10 +17,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/logctx"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -35,7 +35,7 @@ type httpAnswer struct {
 }
 
 // httpDo sends a request to the door of in and reads the answer.
-func httpDo(t testing.TB, ctx context.Context, in *coorddtest.Instance, method, path string, q url.Values, hdr http.Header, body io.Reader) httpAnswer {
+func httpDo(t testing.TB, ctx context.Context, in *fleettest.Instance, method, path string, q url.Values, hdr http.Header, body io.Reader) httpAnswer {
 	t.Helper()
 	u := in.HTTPURL + path
 	if len(q) > 0 {
@@ -62,7 +62,7 @@ func httpDo(t testing.TB, ctx context.Context, in *coorddtest.Instance, method, 
 }
 
 // httpGetDoc gets the document at docURL from the door of in.
-func httpGetDoc(t testing.TB, ctx context.Context, in *coorddtest.Instance, docURL string, hdr http.Header) httpAnswer {
+func httpGetDoc(t testing.TB, ctx context.Context, in *fleettest.Instance, docURL string, hdr http.Header) httpAnswer {
 	t.Helper()
 	return httpDo(t, ctx, in, http.MethodGet, server.HTTPDocumentsPath, url.Values{"url": {docURL}}, hdr, nil)
 }
@@ -100,7 +100,7 @@ func checkHTTPError(t testing.TB, a httpAnswer, want int) httpErrorBody {
 }
 
 // waitMetric waits until metric (with labels) of in reaches want.
-func waitMetric(t testing.TB, ctx context.Context, in *coorddtest.Instance, want float64, metric string, labels ...string) {
+func waitMetric(t testing.TB, ctx context.Context, in *fleettest.Instance, want float64, metric string, labels ...string) {
 	t.Helper()
 	for {
 		got := in.Scrape(t).Value(metric, labels...)
@@ -121,7 +121,7 @@ func waitMetric(t testing.TB, ctx context.Context, in *coorddtest.Instance, want
 func TestHTTPAndGRPCShareOneFlight(t *testing.T) {
 	const perProtocol = 10
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Metrics: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Metrics: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 	}})
 	const path = "/docs/cold"
@@ -146,7 +146,7 @@ func TestHTTPAndGRPCShareOneFlight(t *testing.T) {
 				}
 				return
 			}
-			d, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: u.URL() + path})
+			d, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: u.URL() + path})
 			if err != nil || !bytes.Equal(d.Body, want) {
 				errs <- fmt.Sprintf("grpc caller %d: %v; want the body", i, err)
 			}
@@ -179,9 +179,9 @@ func TestHTTPAndGRPCShareOneFlight(t *testing.T) {
 // matching If-None-Match gets 304, and a 404 is a document.
 func TestHTTPDocumentHeaders(t *testing.T) {
 	u := fakeupstream.New(t)
-	var logs coordtest.SyncBuffer
+	var logs enginetest.SyncBuffer
 	log := slog.New(logctx.NewHandler(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 		Logger:    log,
 	}})
@@ -255,7 +255,7 @@ func TestHTTPDocumentHeaders(t *testing.T) {
 // failing upstream 503.
 func TestHTTPBadInput(t *testing.T) {
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL() + "/docs/", MaxBodyBytes: 1000, Protection: coordinator.Protection{
 			Retry:   coordinator.RetryPolicy{MaxAttempts: 1},
 			Breaker: coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1},
@@ -328,7 +328,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 	}
 	t.Run("breaker open", func(t *testing.T) {
 		u := fakeupstream.New(t)
-		in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+		in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 			Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL(), Protection: coordinator.Protection{
 				Retry:   coordinator.RetryPolicy{MaxAttempts: 1},
 				Breaker: coordinator.BreakerPolicy{FailureThreshold: 1, FailureRate: -1, OpenFor: 30 * time.Second},
@@ -343,7 +343,7 @@ func TestHTTPRetryAfter(t *testing.T) {
 	})
 	t.Run("rate limit", func(t *testing.T) {
 		u := fakeupstream.New(t)
-		in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+		in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 			Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL(), Protection: coordinator.Protection{
 				RateLimit: 1, MaxWait: 10 * time.Millisecond,
 			}}},
@@ -366,7 +366,7 @@ func TestHTTPTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, ServerOptions: []server.Option{server.WithAuth(a)}, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, ServerOptions: []server.Option{server.WithAuth(a)}, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "a", BaseURL: u.URL() + "/a"}, {Name: "b", BaseURL: u.URL() + "/b"}},
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -429,7 +429,7 @@ func TestHTTPTenants(t *testing.T) {
 // The parameters the door knows still work, together.
 func TestHTTPUnknownParameter(t *testing.T) {
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL() + "/docs/"}},
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

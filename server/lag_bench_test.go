@@ -14,10 +14,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // BenchmarkFollowerLag measures how long after the upstream answers the
@@ -49,7 +49,7 @@ func BenchmarkFollowerLag(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := coorddtest.Get(ctx, cl.clients[k%3], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+				if _, err := fleettest.Get(ctx, cl.clients[k%3], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
 					b.Error(err)
 				}
 				mu.Lock()
@@ -111,7 +111,7 @@ func BenchmarkHandOff(b *testing.B) {
 				cl.up.Set(path, fakeupstream.Behavior{Block: release, Size: size})
 				var wg sync.WaitGroup
 				wg.Go(func() {
-					if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+					if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
 						b.Error(err)
 					}
 				})
@@ -120,7 +120,7 @@ func BenchmarkHandOff(b *testing.B) {
 				arrived := make([]time.Time, 0, 40)
 				for k := range 40 {
 					wg.Go(func() {
-						if _, err := coorddtest.Get(ctx, cl.clients[1+k%2], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
+						if _, err := fleettest.Get(ctx, cl.clients[1+k%2], &coorddv1.GetOrFetchRequest{Url: cl.url(path)}); err != nil {
 							b.Error(err)
 						}
 						mu.Lock()
@@ -154,18 +154,18 @@ func BenchmarkFirstCallAfterStart(b *testing.B) {
 	up := fakeupstream.New(b)
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	ctx := context.Background()
-	seed := coorddtest.Start(b, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+	seed := fleettest.Start(b, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 	url := up.URL() + "/first"
-	if _, err := coorddtest.Get(ctx, seed.Dial(b), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
+	if _, err := fleettest.Get(ctx, seed.Dial(b), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
 		b.Fatal(err)
 	}
 	var lat []time.Duration
 	for range b.N {
-		in := coorddtest.Start(b, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
+		in := fleettest.Start(b, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
 		c := in.Dial(b)
 		_, _ = c.Invalidate(ctx, &coorddv1.InvalidateRequest{}) // connect: refused before any I/O
 		t0 := time.Now()
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
 		lat = append(lat, time.Since(t0))
 		if err != nil || d.Meta.GetSource() != coorddv1.Source_SOURCE_L2 {
 			b.Fatalf("%v, %v; want an L2 hit", err, d.GetMeta())
@@ -187,14 +187,14 @@ func BenchmarkWarmHit(b *testing.B) {
 	up := fakeupstream.New(b)
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	in := coorddtest.Start(b, coorddtest.Options{Config: cfg})
+	in := fleettest.Start(b, fleettest.Options{Config: cfg})
 	var clients []coorddv1.CoordinatorServiceClient
 	for range 8 {
 		clients = append(clients, in.Dial(b))
 	}
 	ctx := context.Background()
 	req := &coorddv1.GetOrFetchRequest{Url: up.URL() + "/hit"}
-	if _, err := coorddtest.Get(ctx, clients[0], req); err != nil {
+	if _, err := fleettest.Get(ctx, clients[0], req); err != nil {
 		b.Fatal(err)
 	}
 	var next atomic.Int64
@@ -204,7 +204,7 @@ func BenchmarkWarmHit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		c := clients[next.Add(1)%8]
 		for pb.Next() {
-			if _, err := coorddtest.Get(ctx, c, req); err != nil {
+			if _, err := fleettest.Get(ctx, c, req); err != nil {
 				b.Error(err)
 				return
 			}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 )
 
 // Tests of the fill lock's lease: a live holder keeps it however long its
@@ -17,7 +17,7 @@ import (
 // Redis loses it within LockTTL, and a follower elsewhere takes over.
 
 // extensions is how many times in its watchdog extended a lease.
-func extensions(t *testing.T, in *coorddtest.Instance) float64 {
+func extensions(t *testing.T, in *fleettest.Instance) float64 {
 	return in.Scrape(t).Value("coordd_lock_extensions_total", "result", "ok")
 }
 
@@ -28,7 +28,7 @@ func gets(ctx context.Context, clients []coorddv1.CoordinatorServiceClient, call
 	for _, c := range clients {
 		for range callers {
 			go func() {
-				d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+				d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
 				if err == nil && !bytes.Equal(d.Body, want) {
 					err = errShape("wrong body")
 				}
@@ -137,7 +137,7 @@ func TestRedisStallsKeepLease(t *testing.T) {
 func cutOff(t testing.TB, lockTTL time.Duration) time.Duration {
 	fl := startReplayFleet(t, 3, func(c *coordinator.Config) {
 		c.LockTTL = lockTTL
-		c.RedisTimeout = 500 * time.Millisecond // the default (coorddtest's is longer)
+		c.RedisTimeout = 500 * time.Millisecond // the default (fleettest's is longer)
 		c.Upstreams[0].Timeout = time.Minute    // instance 0's fetch outlasts the measure, without a retry
 	})
 	const path = "/cut-off"

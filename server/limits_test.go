@@ -16,8 +16,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -28,7 +28,7 @@ func TestMaxConcurrentCalls(t *testing.T) {
 	u := fakeupstream.New(t)
 	release := make(chan struct{})
 	u.Set(fakeupstream.AllPaths, fakeupstream.Behavior{Block: release})
-	in := coorddtest.Start(t, coorddtest.Options{
+	in := fleettest.Start(t, fleettest.Options{
 		Config: coordinator.Config{
 			Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL()}},
 			Logger:    slog.New(slog.DiscardHandler),
@@ -47,7 +47,7 @@ func TestMaxConcurrentCalls(t *testing.T) {
 		done := make(chan error, limit)
 		for i := range limit {
 			go func() {
-				_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: fmt.Sprintf("%s%s%d", u.URL(), prefix, i)})
+				_, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: fmt.Sprintf("%s%s%d", u.URL(), prefix, i)})
 				done <- err
 			}()
 		}
@@ -66,7 +66,7 @@ func TestMaxConcurrentCalls(t *testing.T) {
 		call       func(url string) error
 	}{
 		{"GetOrFetch", "/extra/get", func(url string) error {
-			_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: url})
+			_, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: url})
 			return err
 		}},
 		{"Invalidate", "/extra/invalidate", func(url string) error {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -26,7 +26,7 @@ import (
 // asked for.)
 func TestPriority(t *testing.T) {
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: u.URL() + "/docs/"}},
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -36,7 +36,7 @@ func TestPriority(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		for _, p := range []coorddv1.Priority{3, 100, -1} {
-			_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: doc("refused"), Priority: p})
+			_, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: doc("refused"), Priority: p})
 			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "priority") {
 				t.Errorf("priority %d: err = %v; want INVALID_ARGUMENT naming priority", p, err)
 			}
@@ -69,7 +69,7 @@ func TestPriority(t *testing.T) {
 
 	t.Run("served", func(t *testing.T) {
 		for _, p := range []coorddv1.Priority{coorddv1.Priority_PRIORITY_UNSPECIFIED, coorddv1.Priority_PRIORITY_INTERACTIVE, coorddv1.Priority_PRIORITY_BACKGROUND} {
-			d, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: doc("grpc-" + p.String()), Priority: p})
+			d, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: doc("grpc-" + p.String()), Priority: p})
 			if err != nil || d.GetMeta().GetStatusCode() != http.StatusOK {
 				t.Errorf("%v: %v, status %d; want the document", p, err, d.GetMeta().GetStatusCode())
 			}

@@ -16,10 +16,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // The upstream protection tests that check what a gRPC caller sees (status
@@ -34,14 +34,14 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 	const openFor = time.Second
 	u := fakeupstream.New(t)
 	rs := redistest.Start(t)
-	var logs coordtest.SyncBuffer
-	cfg := coordtest.Protected(u, coordinator.Protection{
+	var logs enginetest.SyncBuffer
+	cfg := enginetest.Protected(u, coordinator.Protection{
 		Retry:   coordinator.RetryPolicy{MaxAttempts: 1},
 		Breaker: coordinator.BreakerPolicy{FailureThreshold: 3, FailureRate: -1, OpenFor: openFor},
 	}, &logs)
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg})
-	ins := []*coorddtest.Instance{a, b}
+	a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg})
+	ins := []*fleettest.Instance{a, b}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n := 0
@@ -49,7 +49,7 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 
 	u.Set(fakeupstream.AllPaths, fakeupstream.Status(http.StatusServiceUnavailable))
 	for range 3 {
-		_, err := coordtest.Get(ctx, a.Coordinator, next(), "", coordinator.GetOptions{})
+		_, err := enginetest.Get(ctx, a.Coordinator, next(), "", coordinator.GetOptions{})
 		if !errors.Is(err, coordinator.ErrUnavailable) || errors.Is(err, coordinator.ErrBreakerOpen) {
 			t.Fatalf("closed breaker, failing upstream: err = %v; want ErrUnavailable", err)
 		}
@@ -59,7 +59,7 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 	// by the upstream count below, not by a wall-clock bound.
 	for _, in := range ins {
 		var told bool
-		_, err := coordtest.Get(ctx, in.Coordinator, next(), "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
+		_, err := enginetest.Get(ctx, in.Coordinator, next(), "", coordinator.GetOptions{Progress: func(p coordinator.Progress) {
 			told = told || p.Stage == coordinator.StageBreakerOpen
 		}})
 		if !errors.Is(err, coordinator.ErrBreakerOpen) {
@@ -69,7 +69,7 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 			t.Error("open breaker: no StageBreakerOpen progress")
 		}
 	}
-	_, err := coorddtest.Get(ctx, b.Dial(t), &coorddv1.GetOrFetchRequest{Url: next()})
+	_, err := fleettest.Get(ctx, b.Dial(t), &coorddv1.GetOrFetchRequest{Url: next()})
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("open breaker over gRPC: %v; want UNAVAILABLE", err)
 	}
@@ -98,7 +98,7 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 			for range per {
 				url := next()
 				go func() {
-					_, err := coordtest.Get(ctx, in.Coordinator, url, "", coordinator.GetOptions{})
+					_, err := enginetest.Get(ctx, in.Coordinator, url, "", coordinator.GetOptions{})
 					errs <- err
 				}()
 			}
@@ -133,7 +133,7 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 		for range 3 {
 			url := next()
 			wg.Go(func() {
-				if _, err := coordtest.Get(ctx, in.Coordinator, url, "", coordinator.GetOptions{}); err != nil {
+				if _, err := enginetest.Get(ctx, in.Coordinator, url, "", coordinator.GetOptions{}); err != nil {
 					t.Errorf("closed again: %v", err)
 				}
 			})
@@ -154,12 +154,12 @@ func TestBreakerSharedAcrossInstances(t *testing.T) {
 // RESOURCE_EXHAUSTED at once; one whose deadline allows waits and gets it.
 func TestRateLimitDeadline(t *testing.T) {
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordtest.Protected(u, coordinator.Protection{RateLimit: 1}, nil)})
+	in := fleettest.Start(t, fleettest.Options{Config: enginetest.Protected(u, coordinator.Protection{RateLimit: 1}, nil)})
 	cl := in.Dial(t)
 	get := func(path string, timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: u.URL() + path})
+		_, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: u.URL() + path})
 		return err
 	}
 	if err := get("/x1", 5*time.Second); err != nil {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 )
 
 // basePath appends path to the upstream's base_url, which startCluster
@@ -86,7 +86,7 @@ func TestRedirectTricksStayInBase(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			start := fmt.Sprintf("/docs/start%d", i)
 			cl.up.Set(start, fakeupstream.Redirect(tt.location))
-			d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(start)})
+			d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(start)})
 			if err != nil {
 				t.Fatalf("GetOrFetch: %v", err)
 			}
@@ -120,7 +120,7 @@ func TestRedirectHopsPassTheGuard(t *testing.T) {
 		paths := chain(cl.up, "/paced", 3)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
+		d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
 		if err != nil || d.Meta.GetStatusCode() != 200 {
 			t.Fatalf("GetOrFetch = %v, %v; want 200", d.GetMeta(), err)
 		}
@@ -148,7 +148,7 @@ func TestRedirectHopsPassTheGuard(t *testing.T) {
 		paths := chain(cl.up, "/refused", 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
+		_, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
 		if got := status.Code(err); got != codes.ResourceExhausted {
 			t.Errorf("code = %v (%v); want RESOURCE_EXHAUSTED", got, err)
 		}
@@ -169,7 +169,7 @@ func TestRedirectHopsPassTheGuard(t *testing.T) {
 		for i := range 3 {
 			from := fmt.Sprintf("/to-broken%d", i)
 			cl.up.Set(from, fakeupstream.Redirect("/broken"))
-			_, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(from)})
+			_, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(from)})
 			if got := status.Code(err); got != codes.Unavailable {
 				t.Fatalf("call %d: code = %v (%v); want UNAVAILABLE", i+1, got, err)
 			}
@@ -198,7 +198,7 @@ func TestRedirectHopLimit(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			paths := chain(cl.up, fmt.Sprintf("/chain%d-", i), tt.redirects)
-			d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
+			d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(paths[0])})
 			if err != nil {
 				t.Fatalf("GetOrFetch: %v", err)
 			}
@@ -213,7 +213,7 @@ func TestRedirectHopLimit(t *testing.T) {
 	}
 	t.Run("loop", func(t *testing.T) {
 		cl.up.Set("/loop", fakeupstream.Redirect("/loop"))
-		d, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/loop")})
+		d, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/loop")})
 		if err != nil || d.Meta.GetStatusCode() != 302 {
 			t.Fatalf("GetOrFetch = %v, %v; want the 302", d.GetMeta(), err)
 		}
@@ -249,7 +249,7 @@ func TestPathTricksRefusedBeforeIO(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+			_, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
 			if got := status.Code(err); got != tt.want {
 				t.Fatalf("code = %v (%v); want %v", got, err, tt.want)
 			}
@@ -261,7 +261,7 @@ func TestPathTricksRefusedBeforeIO(t *testing.T) {
 	if n := cl.up.Total(); n != 0 {
 		t.Fatalf("upstream saw %d requests (%q); want 0", n, cl.up.RequestURIs())
 	}
-	if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/docs/")}); err != nil {
+	if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: cl.url("/docs/")}); err != nil {
 		t.Fatalf("the directory itself: %v", err)
 	}
 }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // Tests of replies lost with their connection: a command reaches Redis
@@ -31,7 +31,7 @@ type replayFleet struct {
 	rs        *redistest.Server
 	proxy     *redistest.Proxy
 	up        *fakeupstream.Upstream
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 	clients   []coorddv1.CoordinatorServiceClient
 }
 
@@ -48,7 +48,7 @@ func startReplayFleet(t testing.TB, n int, tune ...func(*coordinator.Config)) *r
 		if i == 0 {
 			url = fl.proxy.URL()
 		}
-		in := coorddtest.Start(t, coorddtest.Options{RedisURL: url, Config: cfg, Metrics: true})
+		in := fleettest.Start(t, fleettest.Options{RedisURL: url, Config: cfg, Metrics: true})
 		fl.instances = append(fl.instances, in)
 		fl.clients = append(fl.clients, in.Dial(t))
 	}
@@ -57,7 +57,7 @@ func startReplayFleet(t testing.TB, n int, tune ...func(*coordinator.Config)) *r
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, c := range fl.clients {
-		if _, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/warm"}); err != nil {
+		if _, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/warm"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,9 +114,9 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	get := func(c coorddv1.CoordinatorServiceClient, check func(*coorddtest.Doc) error) {
+	get := func(c coorddv1.CoordinatorServiceClient, check func(*fleettest.Doc) error) {
 		defer wg.Done()
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
 		if err == nil && !bytes.Equal(d.Body, fl.up.Body(path)) {
 			err = errShape("wrong body")
 		}
@@ -128,7 +128,7 @@ func TestLockReplyLostWithConnection(t *testing.T) {
 		mu.Unlock()
 	}
 	wg.Add(1)
-	go get(fl.clients[0], func(d *coorddtest.Doc) error {
+	go get(fl.clients[0], func(d *fleettest.Doc) error {
 		for _, p := range d.Progress {
 			if p.GetRole() == coorddv1.Role_ROLE_FOLLOWER {
 				return errShape("instance 0 followed: " + p.String())
@@ -287,7 +287,7 @@ func TestInvalidateReplyLostWithConnection(t *testing.T) {
 	ev := watchEvents(t, fl.rs, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
+	if _, err := fleettest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
 		t.Fatal(err)
 	}
 	(&cluster{redis: fl.rs}).waitUnlocked(t, url) // landed: the caller is answered first
@@ -317,11 +317,11 @@ func TestBreakerRecordReplyLostWithConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dropped := fl.proxy.DropNext(calls.RecordCall("fake", true)...) // the record of a failure
-	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
+	if _, err := fleettest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("failing fetch: %v; want Unavailable", err)
 	}
 	<-dropped
-	d, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + next})
+	d, err := fleettest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + next})
 	if err != nil {
 		t.Fatalf("next fetch: %v; want it let through: one failure, below the threshold of 2", err)
 	}
@@ -344,7 +344,7 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 	fl.up.Set(failing, fakeupstream.Status(503))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
+	if _, err := fleettest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + failing}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("failing fetch: %v; want Unavailable", err)
 	}
 	// The breaker is open for 1ms; the next admission turns it half-open
@@ -356,7 +356,7 @@ func TestBreakerProbeAdmitReplyLostWithConnection(t *testing.T) {
 		return g.Scope == "cluster" && g.Breaker == "open" && g.NextProbe == 0
 	})
 	dropped := fl.proxy.DropNext(calls.ClaimCall(fl.up.URL()+probe, "fake")...) // the claim folds in the admission
-	d, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
+	d, err := fleettest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + probe})
 	if err != nil {
 		t.Fatalf("probe: %v; want it admitted", err)
 	}
@@ -387,11 +387,11 @@ func TestRateLimitAdmitReplyLostWithConnection(t *testing.T) {
 	// free again once they have passed. Nothing signals it but the clock.
 	time.Sleep(2 * time.Second)
 	dropped := fl.proxy.DropNext(calls.ClaimCall(fl.up.URL()+"/first", "fake")...) // the claim folds in the admission
-	if _, err := coorddtest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/first"}); err != nil {
+	if _, err := fleettest.Get(ctx, fl.clients[0], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/first"}); err != nil {
 		t.Fatal(err)
 	}
 	<-dropped
-	if _, err := coorddtest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/second"}); err != nil {
+	if _, err := fleettest.Get(ctx, fl.clients[1], &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + "/second"}); err != nil {
 		t.Fatalf("second fetch: %v; want the burst's second slot", err)
 	}
 }

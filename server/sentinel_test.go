@@ -12,23 +12,23 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // fleet is coordd instances, each with its own Redis client and counted
-// upstream requests, in front of one fake upstream: a coorddtest.Fleet
+// upstream requests, in front of one fake upstream: a fleettest.Fleet
 // with the failover tests' methods.
 type fleet struct {
 	up        *fakeupstream.Upstream
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 	clients   []coorddv1.CoordinatorServiceClient
-	fetches   []*coorddtest.CountingTransport
+	fetches   []*fleettest.CountingTransport
 }
 
-func newFleet(f *coorddtest.Fleet) *fleet {
+func newFleet(f *fleettest.Fleet) *fleet {
 	return &fleet{up: f.Up, instances: f.Instances, clients: f.Clients, fetches: f.Fetches}
 }
 
@@ -44,7 +44,7 @@ func (fl *fleet) burst(ctx context.Context, paths []string, perInstance int) []e
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + p})
+					d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: fl.up.URL() + p})
 					switch {
 					case err != nil:
 						errs <- fmt.Errorf("%s via instance %d: %w", p, k, err)
@@ -86,14 +86,14 @@ func (fl *fleet) hold(ctx context.Context, paths []string, perInstance int, duri
 
 // awaitJoined waits until, for each of paths, perInstance callers on
 // every instance wait for it, each in a flight that leads or follows
-// (coordtest.Joined), or ctx ends.
+// (enginetest.Joined), or ctx ends.
 func (fl *fleet) awaitJoined(ctx context.Context, paths []string, perInstance int) error {
 	cs := make([]*coordinator.Coordinator, len(fl.instances))
 	for i, in := range fl.instances {
 		cs[i] = in.Coordinator
 	}
 	for _, p := range paths {
-		if err := coordtest.AwaitJoined(ctx, fl.up.URL()+p, perInstance*len(cs), cs...); err != nil {
+		if err := enginetest.AwaitJoined(ctx, fl.up.URL()+p, perInstance*len(cs), cs...); err != nil {
 			return err
 		}
 	}
@@ -167,7 +167,7 @@ func keyPaths(prefix string, n int) []string {
 // follower woken by a push.
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinel(t, 1, 3)
-	fl := newFleet(coorddtest.StartFleet(t, 3, coorddtest.FleetOptions{
+	fl := newFleet(fleettest.StartFleet(t, 3, fleettest.FleetOptions{
 		Tune:         func(cfg *coordinator.Config) { fastRedis(cfg); countPerCall(cfg) },
 		CountFetches: true,
 		Metrics:      true,

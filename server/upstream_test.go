@@ -14,9 +14,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // TestUpstreamHeadersSanitized: an upstream header coordd stores and
@@ -63,7 +63,7 @@ func TestUpstreamHeadersSanitized(t *testing.T) {
 				instance int
 				source   coorddv1.Source
 			}{{0, coorddv1.Source_SOURCE_UPSTREAM}, {0, coorddv1.Source_SOURCE_L1}, {1, coorddv1.Source_SOURCE_L2}} {
-				d, err := coorddtest.Get(ctx, cl.clients[step.instance], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				d, err := fleettest.Get(ctx, cl.clients[step.instance], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
 				if err != nil {
 					t.Fatalf("call %d (instance %d): %v", i+1, step.instance, err)
 				}
@@ -98,7 +98,7 @@ func TestDroppedETagNotSentBack(t *testing.T) {
 	cl.up.Set("/p", fakeupstream.Behavior{ETag: "\"caf\xe9\""}.WithHeader("Last-Modified", lastMod))
 	ctx := context.Background()
 	for _, noStale := range []bool{false, true} { // the second waits for the revalidation
-		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p"), NoStale: noStale}); err != nil {
+		if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url("/p"), NoStale: noStale}); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(11 * time.Minute) // past the 10m TTL
@@ -142,7 +142,7 @@ func TestCacheControlStaleServing(t *testing.T) {
 	for _, tt := range tests {
 		cl.up.Set(tt.path, fakeupstream.Behavior{}.WithHeader("Cache-Control", tt.cc))
 		// Instance 0 holds the copy in L1; instance 1 finds it in L2.
-		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)}); err != nil {
+		if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)}); err != nil {
 			t.Fatalf("%s: %v", tt.path, err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestCacheControlStaleServing(t *testing.T) {
 		t.Run(strings.TrimPrefix(tt.path, "/"), func(t *testing.T) {
 			cl.up.Set(tt.path, fakeupstream.Status(503))
 			for i := range cl.clients {
-				d, err := coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
+				d, err := fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(tt.path)})
 				switch {
 				case tt.wantStale && (err != nil || !d.Meta.GetStale() || !bytes.Equal(d.Body, cl.up.Body(tt.path))):
 					t.Errorf("instance %d: %v, %v; want the stale copy", i, err, d.GetMeta())
@@ -183,13 +183,13 @@ func TestStaleWindowsFromCacheControl(t *testing.T) {
 	paths := []string{"/past-swr", "/inside-sie", "/past-sie", "/revalidated"}
 	for _, p := range paths {
 		cl.up.Set(p, fakeupstream.Behavior{Conditional: true}.WithHeader("Cache-Control", cc))
-		if _, err := coorddtest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(p)}); err != nil {
+		if _, err := fleettest.Get(ctx, cl.clients[0], &coorddv1.GetOrFetchRequest{Url: cl.url(p)}); err != nil {
 			t.Fatal(err)
 		}
 		cl.waitUnlocked(t, cl.url(p)) // in L2 too
 	}
-	get := func(i int, p string) (*coorddtest.Doc, error) {
-		return coorddtest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(p)})
+	get := func(i int, p string) (*fleettest.Doc, error) {
+		return fleettest.Get(ctx, cl.clients[i], &coorddv1.GetOrFetchRequest{Url: cl.url(p)})
 	}
 	clk.Advance(2 * time.Minute) // age 120 s: past stale-while-revalidate, inside stale-if-error
 	if d, err := get(1, "/past-swr"); err != nil || d.Meta.GetStale() || d.Meta.GetSource() != coorddv1.Source_SOURCE_UPSTREAM {
@@ -230,7 +230,7 @@ func TestNoCacheRevalidatedEveryCall(t *testing.T) {
 		t.Run(cc, func(t *testing.T) {
 			cl.up.Set(path, fakeupstream.Behavior{Conditional: true}.WithHeader("Cache-Control", cc))
 			for call, in := range []int{0, 0, 1, 1, 0} {
-				d, err := coorddtest.Get(ctx, cl.clients[in], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
+				d, err := fleettest.Get(ctx, cl.clients[in], &coorddv1.GetOrFetchRequest{Url: cl.url(path)})
 				if err != nil {
 					t.Fatalf("call %d: %v", call+1, err)
 				}

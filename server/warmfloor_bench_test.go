@@ -16,9 +16,9 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/wirefloor"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/wirefloor"
 )
 
 // BenchmarkWarmHitFloor is a warm hit through coordd's whole server stack
@@ -33,14 +33,14 @@ func BenchmarkWarmHitFloor(b *testing.B) {
 	up := fakeupstream.New(b)
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	in := coorddtest.Start(b, coorddtest.Options{Config: cfg})
+	in := fleettest.Start(b, fleettest.Options{Config: cfg})
 	ctx := context.Background()
 	for _, size := range []int{1 << 10, 100 << 10} {
 		path := fmt.Sprintf("/warmfloor/%d", size)
 		up.Set(path, fakeupstream.Behavior{Size: size})
 		u := up.URL() + path
 		stub := in.Dial(b)
-		if _, err := coorddtest.Get(ctx, stub, &coorddv1.GetOrFetchRequest{Url: u}); err != nil { // now a hit
+		if _, err := fleettest.Get(ctx, stub, &coorddv1.GetOrFetchRequest{Url: u}); err != nil { // now a hit
 			b.Fatal(err)
 		}
 		hit, err := wirefloor.CaptureHit(ctx, stub, u)

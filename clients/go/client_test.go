@@ -28,8 +28,8 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 )
 
 func TestMain(m *testing.M) {
@@ -216,7 +216,7 @@ func TestGetReassemblesStream(t *testing.T) {
 	up.Set("/big", fakeupstream.Behavior{Size: size})
 	cfg := upstreamConfig(up)
 	cfg.MaxAgeFloor = -1 // no floor: MaxAge(1ms) below must refetch
-	in := coorddtest.Start(t, coorddtest.Options{Config: cfg})
+	in := fleettest.Start(t, fleettest.Options{Config: cfg})
 	c := dial(t, in.Addr)
 
 	var seen []*coorddv1.Progress
@@ -310,7 +310,7 @@ func TestRetries(t *testing.T) {
 
 func TestNoRetryOfCoorddRejections(t *testing.T) {
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	in := fleettest.Start(t, fleettest.Options{Config: upstreamConfig(up)})
 	tests := []struct {
 		name string
 		url  string
@@ -339,8 +339,8 @@ func TestNoRetryOfCoorddRejections(t *testing.T) {
 
 func TestRetryAcrossRestart(t *testing.T) {
 	up := fakeupstream.New(t)
-	cfg := coorddtest.Options{Config: upstreamConfig(up)}
-	in := coorddtest.Start(t, cfg)
+	cfg := fleettest.Options{Config: upstreamConfig(up)}
+	in := fleettest.Start(t, cfg)
 	a := newAttempts()
 	c := dial(t, in.Addr, a.option(),
 		coordd.WithRetryPolicy(coordd.RetryPolicy{MaxAttempts: 20, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, MaxTokens: -1}),
@@ -369,7 +369,7 @@ func TestRetryAcrossRestart(t *testing.T) {
 		t.Fatal("no attempt failed while coordd was down")
 	}
 	cfg.Addr = in.Addr
-	coorddtest.Start(t, cfg) // the same address, as a restarted process
+	fleettest.Start(t, cfg) // the same address, as a restarted process
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("Get across the restart: %v", r.err)
@@ -416,8 +416,8 @@ func TestRetryThrottling(t *testing.T) {
 
 func TestBreaker(t *testing.T) {
 	up := fakeupstream.New(t)
-	cfg := coorddtest.Options{Config: upstreamConfig(up)}
-	in := coorddtest.Start(t, cfg)
+	cfg := fleettest.Options{Config: upstreamConfig(up)}
+	in := fleettest.Start(t, cfg)
 	a := newAttempts()
 	const openFor = 300 * time.Millisecond
 	c := dial(t, in.Addr, a.option(),
@@ -473,7 +473,7 @@ func TestBreaker(t *testing.T) {
 
 	// coordd comes back: a probe succeeds and the breaker closes.
 	cfg.Addr = in.Addr
-	coorddtest.Start(t, cfg)
+	fleettest.Start(t, cfg)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, err := c.Get(ctx, url)
@@ -494,10 +494,10 @@ func TestBreaker(t *testing.T) {
 
 func TestRoundRobin(t *testing.T) {
 	up := fakeupstream.New(t)
-	var ins []*coorddtest.Instance
+	var ins []*fleettest.Instance
 	var addrs []resolver.Address
 	for range 3 {
-		in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+		in := fleettest.Start(t, fleettest.Options{Config: upstreamConfig(up)})
 		ins = append(ins, in)
 		addrs = append(addrs, resolver.Address{Addr: in.Addr})
 	}
@@ -603,7 +603,7 @@ func TestDeadlines(t *testing.T) {
 
 func TestGetBodySizes(t *testing.T) {
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	in := fleettest.Start(t, fleettest.Options{Config: upstreamConfig(up)})
 	c := dial(t, in.Addr)
 	tests := []struct {
 		name string
@@ -723,7 +723,7 @@ func TestChunkOfAnotherShape(t *testing.T) {
 // with ErrBodyTooLarge, and without the option that body arrives.
 func TestMaxBodyBytes(t *testing.T) {
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: upstreamConfig(up)})
+	in := fleettest.Start(t, fleettest.Options{Config: upstreamConfig(up)})
 	const limit = 1 << 20
 	path := func(size int) string { return fmt.Sprintf("/size/%d", size) }
 	for _, size := range []int{limit, limit + 1} {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordd "github.com/coordd/coordd/clients/go"
-	"github.com/coordd/coordd/internal/clientconformance"
+	"github.com/coordd/coordd/internal/testing/clientconformance"
 )
 
 // TestConformance plays every case of the client conformance corpus

@@ -17,7 +17,7 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
 	"github.com/coordd/coordd/server"
 )
 

@@ -21,11 +21,11 @@ import (
 
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // The fake API's tokens, and the logins they authenticate.
@@ -39,7 +39,7 @@ const (
 // "down" whose server is gone.
 type ghEnv struct {
 	api       *fakeapi.API
-	instances []*coorddtest.Instance
+	instances []*fleettest.Instance
 	downURL   string // the base url of upstream "down"
 	gate      *gate  // holds the fake API's answers
 }
@@ -105,7 +105,7 @@ func startGitHubEnv(t *testing.T, n int) *ghEnv {
 			cfg.Upstreams[i].Protection.Retry.MaxAttempts = 1
 			cfg.Upstreams[i].Protection.Breaker = coordinator.BreakerPolicy{FailureThreshold: -1, FailureRate: -1}
 		}
-		env.instances = append(env.instances, coorddtest.Start(t, coorddtest.Options{RedisURL: rd.URL(), Config: cfg, Transport: env.gate}))
+		env.instances = append(env.instances, fleettest.Start(t, fleettest.Options{RedisURL: rd.URL(), Config: cfg, Transport: env.gate}))
 	}
 	return env
 }
@@ -158,7 +158,7 @@ func TestGitHubThroughTransport(t *testing.T) {
 		joined := make(chan error, 1)
 		go func() {
 			defer open()
-			joined <- coordtest.AwaitJoined(ctx, base+"user", callers, cs...)
+			joined <- enginetest.AwaitJoined(ctx, base+"user", callers, cs...)
 		}()
 
 		var wg sync.WaitGroup

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordd "github.com/coordd/coordd/clients/go"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/testpki"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/testpki"
 	"github.com/coordd/coordd/server"
 )
 
@@ -23,7 +23,7 @@ const testToken = "docs-team-token-0123456789"
 
 // startSecure runs a coordd over TLS, with mutual TLS if clientCA is set,
 // that requires testToken.
-func startSecure(t *testing.T, up *fakeupstream.Upstream, ca *testpki.CA, clientCA *testpki.CA) *coorddtest.Instance {
+func startSecure(t *testing.T, up *fakeupstream.Upstream, ca *testpki.CA, clientCA *testpki.CA) *fleettest.Instance {
 	t.Helper()
 	a, err := server.NewAuth([]server.Tenant{{Name: "docs", Tokens: []string{testToken}, Admin: true}})
 	if err != nil {
@@ -33,7 +33,7 @@ func startSecure(t *testing.T, up *fakeupstream.Upstream, ca *testpki.CA, client
 	if clientCA != nil {
 		cfg.ClientCAs, cfg.ClientAuth = clientCA.Pool(), tls.RequireAndVerifyClientCert
 	}
-	return coorddtest.Start(t, coorddtest.Options{
+	return fleettest.Start(t, fleettest.Options{
 		Config:        upstreamConfig(up),
 		ServerOptions: []server.Option{server.WithAuth(a)},
 		GRPC:          []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))},

@@ -27,12 +27,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/clientconformance"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/clientconformance"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
 )
@@ -100,12 +100,12 @@ func env(t *testing.T) []string {
 			}},
 		}}
 	}
-	open := coorddtest.Start(t, coorddtest.Options{Config: cfg()})
+	open := fleettest.Start(t, fleettest.Options{Config: cfg()})
 	auth, err := server.NewAuth([]server.Tenant{{Name: "py", Tokens: []string{token}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed := coorddtest.Start(t, coorddtest.Options{Config: cfg(), ServerOptions: []server.Option{server.WithAuth(auth)}})
+	closed := fleettest.Start(t, fleettest.Options{Config: cfg(), ServerOptions: []server.Option{server.WithAuth(auth)}})
 	sum := sha256.Sum256(fakeupstream.SizedBody("/docs/big", bigSize))
 	corpusDir := mustAbs(t, "../../testdata/client-conformance")
 	corpus, err := clientconformance.Load(corpusDir)
@@ -132,7 +132,7 @@ func env(t *testing.T) []string {
 
 // apiEnv starts what tests/test_httpx.py, tests/test_tracing.py and
 // tests/test_client.py's CredentialTest use, and returns its
-// environment: a fake GitHub-like API (internal/fakeapi) and three coordd
+// environment: a fake GitHub-like API (internal/testing/fakeapi) and three coordd
 // instances sharing one Redis in front of it, as upstream "gh", which
 // holds the API credential of login "bot", forwards Accept and takes
 // callers' own credentials; upstream "down" on a port where nothing
@@ -165,7 +165,7 @@ func apiEnv(t *testing.T) []string {
 				}},
 			},
 		}
-		targets = append(targets, coorddtest.Start(t, coorddtest.Options{RedisURL: rd.URL(), Config: cfg}).Addr)
+		targets = append(targets, fleettest.Start(t, fleettest.Options{RedisURL: rd.URL(), Config: cfg}).Addr)
 	}
 	traced, tracedUpstream, spansURL := startTraced(t)
 	return []string{
@@ -205,7 +205,7 @@ func startTraced(t *testing.T) (target, upstreamURL, spansURL string) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	u := fakeupstream.New(t)
 	u.Set("/traced/hello", fakeupstream.Behavior{Body: []byte("traced\n")})
-	in := coorddtest.Start(t, coorddtest.Options{
+	in := fleettest.Start(t, fleettest.Options{
 		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "traced", BaseURL: u.URL() + "/traced/"}}},
 		GRPC: []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{})))},

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
 )
 
 // The addresses the examples in docs/api.md use, replaced by the test's.
@@ -43,7 +43,7 @@ func TestREADMEOtherLanguages(t *testing.T) {
 		t.Fatal(`docs/api.md has no "## Other languages" section`)
 	}
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{HTTP: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{HTTP: true, Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: u.URL()}},
 	}})
 	replacer := strings.NewReplacer(readmeTarget, in.Addr, readmeHTTP, in.HTTPURL, readmeMDN, u.URL())
@@ -145,7 +145,7 @@ func TestREADMEHTTPX(t *testing.T) {
 		t.Fatal(`README.md's "httpx: one line" section has no python example`)
 	}
 	api := fakeapi.New(t, fakeapi.Options{Tokens: map[string]string{apiAlice: "alice"}})
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{Config: coordinator.Config{
 		CredentialScopeKey: secret.New("python-readme-scope-key-0123456789"),
 		Upstreams: []coordinator.Upstream{{Name: "github", BaseURL: api.URL() + "/",
 			ForwardHeaders: []string{"Accept"}, CallerCredentials: true}},
@@ -184,7 +184,7 @@ func TestClientREADMEExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: u.URL()}},
 	}})
 	replacer := strings.NewReplacer(readmeTarget, in.Addr, readmeMDN, u.URL())

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/wirefloor"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/wirefloor"
 )
 
 // pollInterval is how often the polling baseline's losers look again.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // The cold path's own cost: the round trips each instance makes to Redis
@@ -214,7 +214,7 @@ func renderCold(cells []coldCell, cfg config) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("\n## Cold path: Redis round trips per step (goal: leader ≤ 3 before the upstream request and ≤ 2 after, follower ≤ 3)\n\n")
-	w("Counted at each instance's go-redis client by a hook (cmd/coordbench → internal/storetest.RoundTrips): a pipeline, or a script however many commands it runs inside Redis, is one round trip; PING and a lease's watchdog renewals are left out. The callers of a burst are released at once, over K instances; per burst (leader) or per following instance, mean (max). Steps: a store script by its name, another command by its own.\n\n")
+	w("Counted at each instance's go-redis client by a hook (cmd/coordbench → internal/testing/storetest.RoundTrips): a pipeline, or a script however many commands it runs inside Redis, is one round trip; PING and a lease's watchdog renewals are left out. The callers of a burst are released at once, over K instances; per burst (leader) or per following instance, mean (max). Steps: a store script by its name, another command by its own.\n\n")
 	w("| body | K | callers | leader before upstream | steps | leader after | steps | follower (all) | steps | errors |\n")
 	w("|---|---:|---:|---:|---|---:|---|---:|---|---:|\n")
 	for _, c := range cells {

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // edgeConfig configures the fake MDN's edge limiter.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -54,7 +54,7 @@ type env struct {
 // them.
 type instance struct {
 	c    *coordinator.Coordinator
-	m    *coordtest.Recorder   // c's events: its running flights
+	m    *enginetest.Recorder  // c's events: its running flights
 	rt   *storetest.RoundTrips // rdb's round trips to Redis
 	g    *server.GRPC
 	rdb  *redis.Client // nil in single-node mode
@@ -118,7 +118,7 @@ type coorddSpec struct {
 // server, as cmd/coordd wires them) on a free loopback port. h's cleanups
 // stop it.
 func startCoorddWith(h redistest.TB, s coorddSpec) *instance {
-	in := &instance{m: coordtest.NewRecorder(nil), rt: &storetest.RoundTrips{}}
+	in := &instance{m: enginetest.NewRecorder(nil), rt: &storetest.RoundTrips{}}
 	var rdb redis.UniversalClient
 	if s.redisURL != "" {
 		opt, err := redis.ParseURL(s.redisURL)

@@ -9,7 +9,7 @@
 //	coordbench --warm [--quick] [--cpuprofile FILE]
 //
 // It starts everything it measures itself, on loopback only: a private
-// redis-server on a free port (through internal/redistest), a local
+// redis-server on a free port (through internal/testing/redistest), a local
 // upstream whose latency and body sizes are flags, five coordd instances
 // (coordinator and gRPC server) in this process, and the two baselines:
 //
@@ -292,7 +292,7 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 	return os.WriteFile(cfg.report, []byte(renderReport(res, table, plots)), 0o644)
 }
 
-// host stands in for testing.TB where internal/redistest needs one: it
+// host stands in for testing.TB where internal/testing/redistest needs one: it
 // collects cleanups and runs them, last first, on close; Fatalf runs them
 // and exits.
 type host struct {

@@ -13,7 +13,7 @@ import (
 
 	coordd "github.com/coordd/coordd/clients/go"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/wirefloor"
+	"github.com/coordd/coordd/internal/testing/wirefloor"
 )
 
 // results is everything one run measured.

@@ -22,9 +22,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/redistest"
 	upstreamcfg "github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
 )

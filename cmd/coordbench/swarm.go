@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // Names of the swarm's fleets, as the table prints them.

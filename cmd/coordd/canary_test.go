@@ -22,9 +22,9 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/fakeapi"
-	"github.com/coordd/coordd/internal/oteltest"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
+	"github.com/coordd/coordd/internal/testing/oteltest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // TestSecretsStayInTheirField plants canary credentials (the upstream's,

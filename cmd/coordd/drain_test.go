@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // startChild runs coordd with args in a child process (the test binary
@@ -114,7 +114,7 @@ func TestSIGTERMDrainDelay(t *testing.T) {
 		t.Fatalf("health on a new connection = %v; want NOT_SERVING", got)
 	}
 	for name, cc := range map[string]*grpc.ClientConn{"new connection": after, "old connection": before} {
-		d, err := coorddtest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/during-delay"})
+		d, err := fleettest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/during-delay"})
 		if err != nil {
 			t.Fatalf("GetOrFetch on the %s during the drain delay: %v", name, err)
 		}
@@ -124,7 +124,7 @@ func TestSIGTERMDrainDelay(t *testing.T) {
 	}
 	inFlight := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(ctx, coorddv1.NewCoordinatorServiceClient(after), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/in-flight"})
+		_, err := fleettest.Get(ctx, coorddv1.NewCoordinatorServiceClient(after), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/in-flight"})
 		inFlight <- err
 	}()
 	if err := up.WaitCount(ctx, "/in-flight", 1); err != nil {

@@ -16,10 +16,10 @@ import (
 	"google.golang.org/grpc"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/haproxytest"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/haproxytest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // TestBehindHAProxy runs HAProxy (TCP mode, the health check of
@@ -329,7 +329,7 @@ type calls struct {
 }
 
 type callResult struct {
-	doc *coorddtest.Doc
+	doc *fleettest.Doc
 	err error
 }
 
@@ -341,7 +341,7 @@ func startCalls(ctx context.Context, conns []coorddv1.CoordinatorServiceClient, 
 		go func() {
 			var once sync.Once
 			cl := firstEventClient{conns[i%len(conns)], func() { once.Do(c.inFlight.Done) }}
-			d, err := coorddtest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: url})
+			d, err := fleettest.Get(ctx, cl, &coorddv1.GetOrFetchRequest{Url: url})
 			once.Do(c.inFlight.Done)
 			c.results <- callResult{d, err}
 		}()

@@ -16,10 +16,10 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // childArgsEnv carries the arguments of a coordd run in a child process:
@@ -97,27 +97,27 @@ func TestLockHolderProcessKilled(t *testing.T) {
 	}
 	// The child leads: its fetch hangs at the upstream.
 	go func() {
-		_, _ = coorddtest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/k"})
+		_, _ = fleettest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/k"})
 	}()
 	if err := up.WaitCount(ctx, "/k", 1); err != nil {
 		t.Fatal(err)
 	}
 	// Another instance's callers follow it.
-	other := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: coordinator.Config{
+	other := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}, LockTTL: time.Second}})
 	oc := other.Dial(t)
 	type result struct {
-		d   *coorddtest.Doc
+		d   *fleettest.Doc
 		err error
 	}
 	done := make(chan result, 20)
 	for range 20 {
 		go func() {
-			d, err := coorddtest.Get(ctx, oc, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/k"})
+			d, err := fleettest.Get(ctx, oc, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/k"})
 			done <- result{d, err}
 		}()
 	}
-	if err := coordtest.AwaitJoined(ctx, up.URL()+"/k", 20, other.Coordinator); err != nil {
+	if err := enginetest.AwaitJoined(ctx, up.URL()+"/k", 20, other.Coordinator); err != nil {
 		t.Fatalf("the followers never joined: %v", err)
 	}
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {

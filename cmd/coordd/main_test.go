@@ -18,12 +18,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/statuspage"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 func TestReadConfig(t *testing.T) {
@@ -143,7 +143,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() {
-		_, err := coorddtest.Get(context.Background(), coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/slow"})
+		_, err := fleettest.Get(context.Background(), coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/slow"})
 		got <- err
 	}()
 	if err := up.WaitCount(ctx, "/slow", 1); err != nil {
@@ -164,7 +164,7 @@ func TestSIGTERMDrains(t *testing.T) {
 		conn.Close()
 		return false
 	}
-	coordtest.WaitFor(t, 10*time.Second, "the listener closed by the drain", refused)
+	enginetest.WaitFor(t, 10*time.Second, "the listener closed by the drain", refused)
 	close(release)
 	if err := <-got; err != nil {
 		t.Fatalf("in-flight stream: %v", err)
@@ -211,7 +211,7 @@ func TestRedisClusterConfig(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for i := range 2 {
-		d, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
+		d, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
 		if err != nil {
 			t.Fatalf("get %d: %v", i, err)
 		}
@@ -272,7 +272,7 @@ func TestRedisSentinelConfig(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	d, err := coorddtest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
+	d, err := fleettest.Get(ctx, coorddv1.NewCoordinatorServiceClient(cc), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestRedisUnavailableAtStart(t *testing.T) {
 		done <- run(ctx, []string{"--listen", addr, "--redis", "redis://:hunter2-canary@" + dead,
 			"--upstream", "fake=" + up.URL(), "--drain-delay", "1ms"}, logFile)
 	}()
-	coordtest.WaitFor(t, 20*time.Second, "coordd serving", func() bool {
+	enginetest.WaitFor(t, 20*time.Second, "coordd serving", func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("run: %v\n%s", err, logs())

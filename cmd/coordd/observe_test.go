@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/server"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/fakeupstream"
 	"github.com/coordd/coordd/internal/statuspage"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 // TestClearQuotas: a consistent quota spent for three hours, announced to

@@ -25,11 +25,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordd "github.com/coordd/coordd/clients/go"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
-	"github.com/coordd/coordd/internal/testclock"
-	"github.com/coordd/coordd/internal/testpki"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
+	"github.com/coordd/coordd/internal/testing/testclock"
+	"github.com/coordd/coordd/internal/testing/testpki"
 	"github.com/coordd/coordd/server"
 )
 

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/statuspage"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // Tokens of the status fleet: a tenant's, and the metrics listener's own.
@@ -107,7 +107,7 @@ metrics_auth:
 // get fetches path through instance i as team-a.
 func (f *statusFleet) get(ctx context.Context, i int, path string) error {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+statusTenantToken)
-	_, err := coorddtest.Get(ctx, f.conns[i], &coorddv1.GetOrFetchRequest{Url: f.up.URL() + path})
+	_, err := fleettest.Get(ctx, f.conns[i], &coorddv1.GetOrFetchRequest{Url: f.up.URL() + path})
 	return err
 }
 

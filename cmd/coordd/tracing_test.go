@@ -23,11 +23,11 @@ import (
 	coordd "github.com/coordd/coordd/clients/go"
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/oteltest"
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/oteltest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -174,8 +174,8 @@ func TestTracingColdBurstAcrossInstances(t *testing.T) {
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
 	trA := startTestTracing(t, tracingConfig{Endpoint: recv.GRPCEndpoint})
 	trB := startTestTracing(t, tracingConfig{Endpoint: recv.HTTPEndpoint, Protocol: "http/protobuf"})
-	a := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg, TracerProvider: trA.provider(), GRPC: trA.grpcOptions()})
-	b := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg, TracerProvider: trB.provider(), GRPC: trB.grpcOptions(), HTTP: true, WrapHTTP: trB.instrumentHTTP})
+	a := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg, TracerProvider: trA.provider(), GRPC: trA.grpcOptions()})
+	b := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg, TracerProvider: trB.provider(), GRPC: trB.grpcOptions(), HTTP: true, WrapHTTP: trB.instrumentHTTP})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -362,7 +362,7 @@ func TestTracingOff(t *testing.T) {
 	}
 	rs := redistest.Start(t)
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), TracerProvider: tr.provider(), GRPC: tr.grpcOptions(),
+	in := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), TracerProvider: tr.provider(), GRPC: tr.grpcOptions(),
 		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -372,7 +372,7 @@ func TestTracingOff(t *testing.T) {
 	}
 	defer sub.Close()
 	cctx := metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+callerTID+"-"+callerSID+"-01")
-	if _, err := coorddtest.Get(cctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/off"}); err != nil {
+	if _, err := fleettest.Get(cctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/off"}); err != nil {
 		t.Fatal(err)
 	}
 	ev, err := sub.Next(ctx)

@@ -20,10 +20,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/haproxytest"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/haproxytest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // replica is one MCP server process serving Streamable HTTP.
@@ -346,7 +346,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // fleet is a fake MDN behind three coordd instances sharing one Redis.
 type fleet struct {
 	up     *fakeupstream.Upstream
-	coordd []*coorddtest.Instance
+	coordd []*fleettest.Instance
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -354,7 +354,7 @@ func startFleet(t *testing.T) *fleet {
 	rds := redistest.Start(t)
 	f := &fleet{up: fakeupstream.New(t)}
 	for range 3 {
-		f.coordd = append(f.coordd, coorddtest.Start(t, coorddtest.Options{
+		f.coordd = append(f.coordd, fleettest.Start(t, fleettest.Options{
 			RedisURL: rds.URL(),
 			Config:   coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: f.up.URL()}}},
 			Metrics:  true,

@@ -19,8 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // binary is the mdn-mcp command built by TestMain, with -race when the
@@ -150,14 +150,14 @@ func (f *fakeMDN) setDelay(d time.Duration) {
 // stack is a fake MDN behind a real coordd with a real Redis.
 type stack struct {
 	mdn    *fakeMDN
-	coordd *coorddtest.Instance
+	coordd *fleettest.Instance
 }
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	rds := redistest.Start(t)
 	f := newFakeMDN(t)
-	in := coorddtest.Start(t, coorddtest.Options{
+	in := fleettest.Start(t, fleettest.Options{
 		RedisURL: rds.URL(),
 		Config:   coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: f.srv.URL}}},
 	})

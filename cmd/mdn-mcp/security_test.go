@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/testpki"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/testpki"
 	"github.com/coordd/coordd/server"
 )
 
@@ -29,7 +29,7 @@ func TestCoorddTokenAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFakeMDN(t)
-	in := coorddtest.Start(t, coorddtest.Options{
+	in := fleettest.Start(t, fleettest.Options{
 		Config:        coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "mdn", BaseURL: f.srv.URL}}},
 		ServerOptions: []server.Option{server.WithAuth(a)},
 		GRPC: []grpc.ServerOption{grpc.Creds(credentials.NewTLS(&tls.Config{

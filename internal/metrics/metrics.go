@@ -4,7 +4,7 @@
 // from go-grpc-middleware's Prometheus provider.
 //
 // It lives under internal/ rather than in server/: it is wiring for the
-// coordd binary (cmd/coordd) and its tests (internal/coorddtest), not part
+// coordd binary (cmd/coordd) and its tests (internal/testing/fleettest), not part
 // of the gRPC service, and keeping Prometheus out of server/ and
 // coordinator/ leaves both usable without it. The metric names, listed in
 // docs/observability.md and used by deploy/, are the contract; the Go API is not.

@@ -18,20 +18,20 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // startInstances runs n coordd instances with metrics on one Redis, with
 // the fake upstream "fake".
-func startInstances(t *testing.T, up *fakeupstream.Upstream, n int) []*coorddtest.Instance {
+func startInstances(t *testing.T, up *fakeupstream.Upstream, n int) []*fleettest.Instance {
 	t.Helper()
 	rs := redistest.Start(t)
 	cfg := coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}
-	ins := make([]*coorddtest.Instance, n)
+	ins := make([]*fleettest.Instance, n)
 	for i := range ins {
-		ins[i] = coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
+		ins[i] = fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Config: cfg, Metrics: true})
 	}
 	return ins
 }
@@ -249,7 +249,7 @@ func TestAlertsAndDashboard(t *testing.T) {
 	// once seen (an upstream's status codes) exist.
 	up := fakeupstream.New(t)
 	in := startInstances(t, up, 1)[0]
-	if _, err := coorddtest.Get(context.Background(), in.Dial(t), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"}); err != nil {
+	if _, err := fleettest.Get(context.Background(), in.Dial(t), &coorddv1.GetOrFetchRequest{Url: up.URL() + "/doc"}); err != nil {
 		t.Fatal(err)
 	}
 	s := in.Scrape(t)
@@ -273,7 +273,7 @@ func TestProtectionMetrics(t *testing.T) {
 	release := make(chan struct{})
 	failing.Set("/slow", fakeupstream.Behavior{Block: release})
 	rs := redistest.Start(t)
-	in := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(), Metrics: true, Config: coordinator.Config{
+	in := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(), Metrics: true, Config: coordinator.Config{
 		LockTTL: time.Second, // the watchdog extends it every 333ms; a busy machine must not starve it past the lease
 		Upstreams: []coordinator.Upstream{
 			{Name: "failing", BaseURL: failing.URL(), Protection: coordinator.Protection{
@@ -288,7 +288,7 @@ func TestProtectionMetrics(t *testing.T) {
 	defer cancel()
 	c := in.Dial(t)
 	get := func(url string) error {
-		_, err := coorddtest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
+		_, err := fleettest.Get(ctx, c, &coorddv1.GetOrFetchRequest{Url: url})
 		return err
 	}
 	// A fetch slower than the lease: the watchdog extends it.

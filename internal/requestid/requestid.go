@@ -1,6 +1,6 @@
 // Package requestid makes up request ids: for coordd's calls that bring
 // none (server), and for the bare gRPC floor it is measured against
-// (internal/wirefloor), so that both pay the same for one.
+// (internal/testing/wirefloor), so that both pay the same for one.
 package requestid
 
 import "math/rand/v2"

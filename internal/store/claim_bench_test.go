@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // BenchmarkColdClaim is a leader's look at Redis before its fetch, on a

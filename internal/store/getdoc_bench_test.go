@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/document"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // BenchmarkGetDoc reads a document of each size from L2, as a flight does

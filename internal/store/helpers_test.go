@@ -13,7 +13,7 @@ import (
 
 	"github.com/coordd/coordd/internal/document"
 	"github.com/coordd/coordd/internal/observe"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // waitTimeout bounds every wait on an event in these tests: far beyond

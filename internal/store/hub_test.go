@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // newTestHub returns a hub on channel of rs. up receives a value whenever

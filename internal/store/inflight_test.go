@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // waitingSignal returns an Acquire.Waiting that closes the channel it

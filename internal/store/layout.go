@@ -1,7 +1,7 @@
 package store
 
 // Layout names where a store with Prefix keeps things in Redis and how
-// its scripts look on the wire. It exists for internal/storetest alone,
+// its scripts look on the wire. It exists for internal/testing/storetest alone,
 // through which tests of other packages look at Redis (is a lock held, a
 // document stored) or pick out one script's command (redistest.Proxy)
 // without spelling key names; nothing else may depend on it.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/guardwire"
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // recordQuota records one answer of upstream announcing the quota

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // Every script may run twice: go-redis replays a command whose connection

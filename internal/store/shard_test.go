@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordd/coordd/internal/redistest"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // TestShardTagsClusterSlots: shard channel i hashes to a slot in

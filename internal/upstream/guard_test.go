@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/store"
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // newTestClock returns the guard tests' clock, at a fixed instant.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/store"
+	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // slotWait bounds every wait on a signal in these tests: far beyond what

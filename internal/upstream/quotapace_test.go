@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // TestQuotaPacing: the local guard and the shared one (Redis, same

@@ -1,6 +1,6 @@
 """The client conformance corpus (testdata/client-conformance; the Go and
 TypeScript clients play the same cases): Client.get and AsyncClient.get
-against the scripted fake coordd of internal/clientconformance, which
+against the scripted fake coordd of internal/testing/clientconformance, which
 clients/python/python_test.go starts. The environment tells where:
 
   COORDD_CONFORMANCE_TARGET   the fake's gRPC address

@@ -1,6 +1,6 @@
 """Tests of coordd.httpx: code written for httpx, unmodified but for its
 transport, fetches through real coordd instances from a fake GitHub-like
-API (internal/fakeapi).
+API (internal/testing/fakeapi).
 
 Debian ships no API client library that takes an httpx client or transport
 (apt-cache rdepends python3-httpx: dnspython's DNS-over-HTTPS, duckpy,

@@ -1,6 +1,6 @@
 // The client conformance corpus (testdata/client-conformance; the Go and
 // Python clients play the same cases): CoorddClient.get against the
-// scripted fake coordd of internal/clientconformance, started as a child
+// scripted fake coordd of internal/testing/clientconformance, started as a child
 // process. A case or field this runner does not know fails it.
 
 import assert from "node:assert/strict";
@@ -120,7 +120,7 @@ let addr = "";
 let control = "";
 
 before(async () => {
-  const bin = await goBuild("./internal/clientconformance/fakecoordd");
+  const bin = await goBuild("./internal/testing/clientconformance/fakecoordd");
   fake = spawn(bin, ["--corpus", CORPUS_DIR], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: fake.stdout! });
   const first = await new Promise<string>((resolve, reject) => {

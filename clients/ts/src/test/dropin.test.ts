@@ -1,7 +1,7 @@
 // The fetch drop-in under a library written elsewhere: @octokit/rest,
 // unmodified, calling the global fetch, against three real coordd
 // instances sharing one redis-server, in front of the fake GitHub-like API
-// (internal/fakeapi). Three worker processes (octokitworker.ts), each on
+// (internal/testing/fakeapi). Three worker processes (octokitworker.ts), each on
 // its own instance, make 30 concurrent identical calls each; the rest runs
 // in this process with globalThis.fetch replaced.
 

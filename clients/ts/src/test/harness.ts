@@ -1,6 +1,6 @@
 // Test harness: real coordd processes built from this repository, alone
 // or several sharing a redis-server, in front of a fake MDN served from this
-// process or the fake GitHub-like API of internal/fakeapi (fakeapid).
+// process or the fake GitHub-like API of internal/testing/fakeapi (fakeapid).
 
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -191,7 +191,7 @@ export async function startRedis(): Promise<Redis> {
   return { url: `redis://127.0.0.1:${port}/0`, stop };
 }
 
-/** FakeAPI is a running fakeapid (internal/fakeapi): a GitHub-like JSON
+/** FakeAPI is a running fakeapid (internal/testing/fakeapi): a GitHub-like JSON
  * API whose answers name the login they were made for ("viewer"). */
 export interface FakeAPI {
   /** base is its base URL, without a trailing slash. */
@@ -222,10 +222,10 @@ export interface FakeAPIOptions {
   delayMs?: number;
 }
 
-/** startFakeAPI builds and starts ./internal/fakeapi/fakeapid on a free
+/** startFakeAPI builds and starts ./internal/testing/fakeapi/fakeapid on a free
  * loopback port. */
 export async function startFakeAPI(opts: FakeAPIOptions): Promise<FakeAPI> {
-  const bin = await goBuild("./internal/fakeapi/fakeapid");
+  const bin = await goBuild("./internal/testing/fakeapi/fakeapid");
   const args = ["-tokens", Object.entries(opts.tokens).map(([login, tok]) => `${login}=${tok}`).join(",")];
   if (opts.delayMs) args.push("-delay", `${opts.delayMs}ms`);
   const proc = spawn(bin, args, { stdio: ["pipe", "pipe", "pipe"] });

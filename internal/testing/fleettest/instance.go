@@ -1,6 +1,6 @@
-// Package coorddtest runs real coordd instances (coordinator and gRPC
+// Package fleettest runs real coordd instances (coordinator and gRPC
 // server on a free loopback port) for tests across the project.
-package coorddtest
+package fleettest
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coordtest"
 	"github.com/coordd/coordd/internal/metrics"
+	"github.com/coordd/coordd/internal/testing/enginetest"
 	"github.com/coordd/coordd/server"
 )
 
@@ -33,7 +33,7 @@ type Instance struct {
 	// Metrics records the coordinator's events that tests count (fetches
 	// started, timer wakeups, Redis downs, running flights); with
 	// Options.Metrics it passes them on to the Prometheus registry.
-	Metrics *coordtest.Recorder
+	Metrics *enginetest.Recorder
 	GRPC    *server.GRPC
 	Redis   *redis.Client // from Options.RedisURL; nil otherwise
 	// MetricsURL is the instance's Prometheus endpoint (http://…/metrics),
@@ -103,7 +103,7 @@ func Start(t testing.TB, o Options) *Instance {
 	if o.RedisURL != "" && o.RedisClient == nil {
 		opt, err := redis.ParseURL(o.RedisURL)
 		if err != nil {
-			t.Fatalf("coorddtest: redis url: %v", err)
+			t.Fatalf("fleettest: redis url: %v", err)
 		}
 		timeout := cfg.RedisTimeout
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
@@ -131,16 +131,16 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	var reg *metrics.Registry
 	var grpcOpts []grpc.ServerOption
-	in.Metrics = coordtest.NewRecorder(nil)
+	in.Metrics = enginetest.NewRecorder(nil)
 	if o.Metrics {
 		reg = metrics.New()
-		in.Metrics = coordtest.NewRecorder(reg)
+		in.Metrics = enginetest.NewRecorder(reg)
 		grpcOpts = reg.ServerOptions()
 	}
 	opts.Metrics = in.Metrics
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
-		t.Fatalf("coorddtest: coordinator.New: %v", err)
+		t.Fatalf("fleettest: coordinator.New: %v", err)
 	}
 	addr := o.Addr
 	if addr == "" {
@@ -148,7 +148,7 @@ func Start(t testing.TB, o Options) *Instance {
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatalf("coorddtest: listen: %v", err)
+		t.Fatalf("fleettest: listen: %v", err)
 	}
 	mu.Lock()
 	g = server.NewGRPC(server.New(c, cfg.Logger, o.ServerOptions...), o.Server, append(o.GRPC, grpcOpts...)...)
@@ -159,7 +159,7 @@ func Start(t testing.TB, o Options) *Instance {
 	if o.HTTP {
 		hl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("coorddtest: listen for http: %v", err)
+			t.Fatalf("fleettest: listen for http: %v", err)
 		}
 		h := g.HTTPHandler()
 		if reg != nil {
@@ -176,7 +176,7 @@ func Start(t testing.TB, o Options) *Instance {
 		reg.Watch(c, g.Server)
 		ml, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatalf("coorddtest: listen for metrics: %v", err)
+			t.Fatalf("fleettest: listen for metrics: %v", err)
 		}
 		hs := reg.HTTPServer()
 		go func() { _ = hs.Serve(ml) }()
@@ -233,7 +233,7 @@ func (in *Instance) Conn(t testing.TB, opts ...grpc.DialOption) *grpc.ClientConn
 	t.Helper()
 	cc, err := grpc.NewClient(in.Addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
-		t.Fatalf("coorddtest: dial: %v", err)
+		t.Fatalf("fleettest: dial: %v", err)
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
@@ -293,7 +293,7 @@ func Get(ctx context.Context, c coorddv1.CoordinatorServiceClient, req *coorddv1
 
 type errShape string
 
-func (e errShape) Error() string { return "coorddtest: bad stream: " + string(e) }
+func (e errShape) Error() string { return "fleettest: bad stream: " + string(e) }
 
 // GetMeta returns d's metadata; nil-safe, for error messages.
 func (d *Doc) GetMeta() *coorddv1.Metadata {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 func TestClock(t *testing.T) {

@@ -1,4 +1,4 @@
-package coordtest_test
+package enginetest_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/coordtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/enginetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 // TestRecorderCountsFetchesAndFlights: a burst of one key starts one
@@ -17,7 +17,7 @@ import (
 // process needed.
 func TestRecorderCountsFetchesAndFlights(t *testing.T) {
 	up := fakeupstream.New(t)
-	rec := coordtest.NewRecorder(nil)
+	rec := enginetest.NewRecorder(nil)
 	c, err := coordinator.New(coordinator.Config{
 		Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}},
 	}, coordinator.Options{Metrics: rec})

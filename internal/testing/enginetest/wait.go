@@ -1,4 +1,4 @@
-package coordtest
+package enginetest
 
 import (
 	"context"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testclock"
+	"github.com/coordd/coordd/internal/testing/testclock"
 )
 
 // get requests path as token and returns the answer, its body read.

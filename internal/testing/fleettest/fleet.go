@@ -1,4 +1,4 @@
-package coorddtest
+package fleettest
 
 import (
 	"net/http"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 // Fleet is coordd instances sharing one Redis, in front of one fake

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 const docPath = "/en-US/docs/Web/HTTP"

@@ -1,4 +1,4 @@
-package coordtest
+package enginetest
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
 )
 
 // Protected is a configuration with one upstream, u, named "fake" and

@@ -1,4 +1,4 @@
-package coorddtest
+package fleettest
 
 import (
 	"net/http"
@@ -18,20 +18,20 @@ type Scrape map[string]*dto.MetricFamily
 func (in *Instance) Scrape(t testing.TB) Scrape {
 	t.Helper()
 	if in.MetricsURL == "" {
-		t.Fatalf("coorddtest: scrape: the instance was started without Options.Metrics")
+		t.Fatalf("fleettest: scrape: the instance was started without Options.Metrics")
 	}
 	resp, err := http.Get(in.MetricsURL)
 	if err != nil {
-		t.Fatalf("coorddtest: scrape: %v", err)
+		t.Fatalf("fleettest: scrape: %v", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("coorddtest: scrape: status %d", resp.StatusCode)
+		t.Fatalf("fleettest: scrape: status %d", resp.StatusCode)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		t.Fatalf("coorddtest: scrape: %v", err)
+		t.Fatalf("fleettest: scrape: %v", err)
 	}
 	return fams
 }

@@ -5,7 +5,7 @@
 // then serves until its standard input ends (its parent went away) or it
 // is sent SIGINT or SIGTERM.
 //
-//	go run ./internal/clientconformance/fakecoordd --corpus testdata/client-conformance
+//	go run ./internal/testing/clientconformance/fakecoordd --corpus testdata/client-conformance
 package main
 
 import (
@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/coordd/coordd/internal/clientconformance"
+	"github.com/coordd/coordd/internal/testing/clientconformance"
 )
 
 func main() {

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/coordd/coordd/internal/fakeapi"
+	"github.com/coordd/coordd/internal/testing/fakeapi"
 )
 
 func main() {

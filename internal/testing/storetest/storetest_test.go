@@ -9,11 +9,11 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/fakeupstream"
-	"github.com/coordd/coordd/internal/redistest"
 	"github.com/coordd/coordd/internal/store"
-	"github.com/coordd/coordd/internal/storetest"
+	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/internal/testing/storetest"
 )
 
 // TestDefaultPrefix: a coordinator configured with no key prefix keeps its
@@ -21,7 +21,7 @@ import (
 func TestDefaultPrefix(t *testing.T) {
 	rs := redistest.Start(t)
 	up := fakeupstream.New(t)
-	in := coorddtest.Start(t, coorddtest.Options{RedisURL: rs.URL(),
+	in := fleettest.Start(t, fleettest.Options{RedisURL: rs.URL(),
 		Config: coordinator.Config{Upstreams: []coordinator.Upstream{{Name: "fake", BaseURL: up.URL()}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -33,7 +33,7 @@ func TestDefaultPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer events.Close()
-	if _, err := coorddtest.Get(ctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
+	if _, err := fleettest.Get(ctx, in.Dial(t), &coorddv1.GetOrFetchRequest{Url: url}); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -1,9 +1,9 @@
-// Package coordtest holds test seams for the coordinator package that its
+// Package enginetest holds test seams for the coordinator package that its
 // public API does not carry: a Recorder of the events that tests and
 // cmd/coordbench count, and the helpers of tests that drive the engine
 // directly (Protected, New, Get, SyncBuffer), and the waits of tests on
 // the engine's observable state (Poll, Joined, AwaitJoined, WaitFor).
-package coordtest
+package enginetest
 
 import (
 	"sync/atomic"

@@ -1,0 +1,41 @@
+// Package testing_test holds the test of the fixtures' room: the shared
+// test fixtures live under internal/testing/, and nothing that ships
+// imports them.
+package testing_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestFixturesStayOutOfBuilds: the commands coordd ships (coordd and
+// mdn-mcp) and the client library build no package of internal/testing/;
+// the control (cmd/coordbench, a benchmark that starts fleets) does.
+func TestFixturesStayOutOfBuilds(t *testing.T) {
+	deps := func(pkg string) []string {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	const room = "github.com/coordd/coordd/internal/testing/"
+	fixtures := func(pkg string) []string {
+		var got []string
+		for _, d := range deps(pkg) {
+			if strings.HasPrefix(d, room) {
+				got = append(got, d)
+			}
+		}
+		return got
+	}
+	for _, pkg := range []string{"github.com/coordd/coordd/cmd/coordd", "github.com/coordd/coordd/cmd/mdn-mcp", "github.com/coordd/coordd/clients/go"} {
+		if got := fixtures(pkg); len(got) > 0 {
+			t.Errorf("%s builds test fixtures: %s", pkg, strings.Join(got, " "))
+		}
+	}
+	if got := fixtures("github.com/coordd/coordd/cmd/coordbench"); len(got) == 0 {
+		t.Fatal("the control: cmd/coordbench builds no fixture, so the check above cannot fail")
+	}
+}
