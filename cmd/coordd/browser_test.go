@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // chromiumPath finds headless Chromium, failing the test with how to

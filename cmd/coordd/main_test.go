@@ -18,12 +18,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/testing/enginetest"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
 	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/internal/testing/storetest"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 func TestReadConfig(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/logctx"
-	"github.com/coordd/coordd/internal/metrics"
-	"github.com/coordd/coordd/internal/statuspage"
+	"github.com/coordd/coordd/server/metrics"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // newLogger returns coordd's logger: lines of format ("text", the default,
@@ -42,7 +42,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 // metricsServer is the metrics listener: Prometheus metrics on /metrics,
-// the live status page on /status and /status.json (internal/statuspage),
+// the live status page on /status and /status.json (server/statuspage),
 // and, with pprof, net/http/pprof under /debug/pprof/; all of it behind
 // metrics_auth's tokens when set. A nil *metricsServer (no metrics_listen)
 // does nothing.

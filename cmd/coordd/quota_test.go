@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // TestClearQuotas: a consistent quota spent for three hours, announced to

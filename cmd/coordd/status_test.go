@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
 	"github.com/coordd/coordd/internal/testing/fleettest"
 	"github.com/coordd/coordd/internal/testing/redistest"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // Tokens of the status fleet: a tenant's, and the metrics listener's own.

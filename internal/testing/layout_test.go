@@ -39,3 +39,35 @@ func TestFixturesStayOutOfBuilds(t *testing.T) {
 		t.Fatal("the control: cmd/coordbench builds no fixture, so the check above cannot fail")
 	}
 }
+
+// TestArrowsRunDown: no package of internal/ outside internal/testing/
+// imports the engine (coordinator) or the doors (server): internal/ holds
+// the engine's leaves and the operational pieces beneath it, so every
+// arrow runs down the house. The control: server/metrics, which reads the
+// engine, does import coordinator.
+func TestArrowsRunDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/coordd/coordd/internal/...", "github.com/coordd/coordd/server/metrics").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	up := map[string]bool{"github.com/coordd/coordd/coordinator": true, "github.com/coordd/coordd/server": true}
+	control := false
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg, imports := f[0], f[1:]
+		for _, imp := range imports {
+			if !up[imp] {
+				continue
+			}
+			switch {
+			case pkg == "github.com/coordd/coordd/server/metrics":
+				control = true
+			case !strings.HasPrefix(pkg, "github.com/coordd/coordd/internal/testing/"):
+				t.Errorf("%s imports %s: an arrow back up the house", pkg, imp)
+			}
+		}
+	}
+	if !control {
+		t.Fatal("the control: server/metrics imports no coordinator, so the check above cannot fail")
+	}
+}

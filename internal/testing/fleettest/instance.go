@@ -21,9 +21,9 @@ import (
 
 	"github.com/coordd/coordd/coordinator"
 	coorddv1 "github.com/coordd/coordd/gen/coordd/v1"
-	"github.com/coordd/coordd/internal/metrics"
 	"github.com/coordd/coordd/internal/testing/enginetest"
 	"github.com/coordd/coordd/server"
+	"github.com/coordd/coordd/server/metrics"
 )
 
 // Instance is one running coordd.

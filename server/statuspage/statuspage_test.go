@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
-	"github.com/coordd/coordd/internal/statuspage"
 	"github.com/coordd/coordd/internal/upstream"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // fixed is a Source of one Status.

@@ -5,7 +5,7 @@
 // and loads nothing from elsewhere, so it works offline and under a strict
 // Content-Security-Policy.
 //
-// It lives under internal/, beside internal/metrics, as wiring for the
+// It lives under internal/, beside server/metrics, as wiring for the
 // coordd binary's metrics listener (cmd/coordd); the data comes from
 // coordinator.Coordinator.Status, which knows nothing of HTML.
 package statuspage
