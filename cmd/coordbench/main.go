@@ -173,7 +173,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		docs:          1_000_000,
 		streams:       10_000,
 		streamConns:   8,
-		commandLine:   "go run ./cmd/coordbench " + strings.Join(args, " "),
+		commandLine:   "go -C cmd/coordbench run . " + strings.Join(args, " "),
 	}
 	if c.quick {
 		c.gridRounds, c.pollRounds, c.lagRounds, c.coldRounds = 2, 1, 3, 8

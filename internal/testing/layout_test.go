@@ -11,19 +11,23 @@ import (
 
 // TestFixturesStayOutOfBuilds: the commands coordd ships (coordd and
 // mdn-mcp) and the client library build no package of internal/testing/;
-// the control (cmd/coordbench, a benchmark that starts fleets) does.
+// the control (server's tests, which start fleets) does.
 func TestFixturesStayOutOfBuilds(t *testing.T) {
-	deps := func(pkg string) []string {
-		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
+	deps := func(pkg string, test bool) []string {
+		args := []string{"list", "-deps", "-f", "{{.ImportPath}}"}
+		if test {
+			args = append(args, "-test")
+		}
+		out, err := exec.Command("go", append(args, pkg)...).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)
 		}
 		return strings.Fields(string(out))
 	}
 	const room = "github.com/coordd/coordd/internal/testing/"
-	fixtures := func(pkg string) []string {
+	fixtures := func(pkg string, test bool) []string {
 		var got []string
-		for _, d := range deps(pkg) {
+		for _, d := range deps(pkg, test) {
 			if strings.HasPrefix(d, room) {
 				got = append(got, d)
 			}
@@ -31,12 +35,12 @@ func TestFixturesStayOutOfBuilds(t *testing.T) {
 		return got
 	}
 	for _, pkg := range []string{"github.com/coordd/coordd/cmd/coordd", "github.com/coordd/coordd/cmd/mdn-mcp", "github.com/coordd/coordd/clients/go"} {
-		if got := fixtures(pkg); len(got) > 0 {
+		if got := fixtures(pkg, false); len(got) > 0 {
 			t.Errorf("%s builds test fixtures: %s", pkg, strings.Join(got, " "))
 		}
 	}
-	if got := fixtures("github.com/coordd/coordd/cmd/coordbench"); len(got) == 0 {
-		t.Fatal("the control: cmd/coordbench builds no fixture, so the check above cannot fail")
+	if got := fixtures("github.com/coordd/coordd/server", true); len(got) == 0 {
+		t.Fatal("the control: server's tests build no fixture, so the check above cannot fail")
 	}
 }
 
