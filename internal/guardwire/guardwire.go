@@ -159,3 +159,24 @@ type Release struct {
 // page shows it: the live slots of each credential scope ("" for the
 // fetches without a credential) that holds one.
 type InFlight map[string]int
+
+// The constants of the guard's arithmetic, defined once: the Go guard
+// (package upstream) uses them as they are, and the Lua scripts (package
+// store) get them spliced in as Lua constants (store's luaConsts), so
+// that the two implementations FuzzBreakerGoVsLua and FuzzQuotaGoVsLua
+// compare cannot drift apart on a copied number.
+const (
+	// BreakerBuckets is how many buckets the failure-rate window is cut
+	// in (the hash's fields i0.., r0.., f0..).
+	BreakerBuckets = 10
+	// QuotaSlack is how much later a reset must be than the known one to
+	// start a new quota window rather than restate the current one, and
+	// the most a window's margin is.
+	QuotaSlack = time.Second
+	// QuotaMarginParts: a window's margin is its length over this, at most
+	// QuotaSlack.
+	QuotaMarginParts = 10
+	// ReserveParts: background fetches never take the last limit over
+	// this (at least one request) of a window.
+	ReserveParts = 10
+)

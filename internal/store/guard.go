@@ -21,7 +21,7 @@ import (
 // arrival time, µs), backoff (µs before which no slot starts). Times are in
 // microseconds of Redis's clock (TIME) unless a clock is passed in ARGV[1],
 // so that instances with skewed clocks share one schedule.
-const luaNow = `
+var luaNow = luaConsts + `
 local now = tonumber(ARGV[1])
 if not now then
   local t = redis.call('TIME')
@@ -29,6 +29,12 @@ if not now then
 end
 local function fmt(n) return string.format('%.0f', n) end
 `
+
+// luaConsts are guardwire's constants of the guard's arithmetic as Lua
+// locals, at the head of every guard script: BUCKETS, QSLACK (µs),
+// QMARGIN, QRESERVE. One definition, in Go.
+var luaConsts = fmt.Sprintf("local BUCKETS, QSLACK, QMARGIN, QRESERVE = %d, %d, %d, %d\n",
+	guardwire.BreakerBuckets, guardwire.QuotaSlack.Microseconds(), guardwire.QuotaMarginParts, guardwire.ReserveParts)
 
 // luaQuota reads a learned quota from its credential scope's hash
 // (KEYS[2] when ARGV[8] is '1'): the partition the route ARGV[12] was
@@ -38,7 +44,7 @@ local function fmt(n) return string.format('%.0f', n) end
 // slot's earliest start), limit, win (µs: the longest reset seen), src,
 // label, seen (µs). roll and edge are the same arithmetic as upstream's
 // quotaWindow.
-const luaQuota = `
+var luaQuota = `
 local qk, part = nil, ''
 if ARGV[8] == '1' then
   qk, part = KEYS[2], ARGV[11]
@@ -51,7 +57,7 @@ if qk then
   qrem, qreset, qtat = tonumber(q[1]), tonumber(q[2]) or 0, tonumber(q[3]) or 0
   qlimit, qwin = tonumber(q[4]) or 0, tonumber(q[5]) or 0
 end
-local function margin() return math.min(1000000, math.floor(qwin / 10)) end
+local function margin() return math.min(QSLACK, math.floor(qwin / QMARGIN)) end
 local function edge() return qreset + margin() end
 local function roll(t)
   if qrem and edge() <= t then
@@ -80,7 +86,7 @@ var admitScript = replaySafe(admitBody)
 
 // admitBody is admitScript without its receipt: claimAdmitScript (lock.go)
 // runs it too, as a function of its own KEYS and ARGV.
-const admitBody = luaNow + luaQuota + `
+var admitBody = luaNow + luaQuota + `
 local h = KEYS[1]
 local interval, tau, maxwait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local probes, lease, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -116,7 +122,7 @@ roll(now)
 local unknown = 0
 if qk and not qrem then unknown = 1 end
 if qrem then
-  if bg == '1' and qrem <= math.max(1, math.floor(qlimit / 10)) then
+  if bg == '1' and qrem <= math.max(1, math.floor(qlimit / QRESERVE)) then
     redis.call('PEXPIRE', h, ttl)
     return {'limited', edge() - now, gen, changed, 0, 0, edge() - now}
   end
@@ -193,7 +199,7 @@ local state, cur = v[1] or 'closed', tonumber(v[2]) or 0
 local from, changed = state, ''
 local function reset(to, untl)
   local f = {'consec', 'succ'}
-  for j = 0, 9 do
+  for j = 0, BUCKETS - 1 do
     f[#f + 1] = 'i' .. j
     f[#f + 1] = 'r' .. j
     f[#f + 1] = 'f' .. j
@@ -212,8 +218,8 @@ if gen == cur then
       reset('open', now + openfor)
     end
   elseif state == 'closed' and o ~= 'n' then
-    local idx = math.floor(now / math.max(math.floor(window / 10), 1))
-    local k = idx % 10
+    local idx = math.floor(now / math.max(math.floor(window / BUCKETS), 1))
+    local k = idx % BUCKETS
     if tonumber(redis.call('HGET', h, 'i' .. k)) ~= idx then
       redis.call('HSET', h, 'i' .. k, fmt(idx), 'r' .. k, 0, 'f' .. k, 0)
     end
@@ -226,10 +232,10 @@ if gen == cur then
       redis.call('HSET', h, 'consec', 0)
     end
     local req, fail = 0, 0
-    for j = 0, 9 do
+    for j = 0, BUCKETS - 1 do
       local w = redis.call('HMGET', h, 'i' .. j, 'r' .. j, 'f' .. j)
       local i = tonumber(w[1])
-      if i and i > idx - 10 and i <= idx then
+      if i and i > idx - BUCKETS and i <= idx then
         req = req + tonumber(w[2])
         fail = fail + tonumber(w[3])
       end
@@ -252,7 +258,7 @@ if #KEYS == 4 and believed then
     local q = redis.call('HMGET', qk, 'rem|' .. part, 'reset|' .. part, 'tat|' .. part, 'limit|' .. part, 'win|' .. part)
     local rem, reset, qtat = tonumber(q[1]), tonumber(q[2]) or 0, tonumber(q[3]) or 0
     local limit, win = tonumber(q[4]) or 0, tonumber(q[5]) or 0
-    if rem and reset + math.min(1000000, math.floor(win / 10)) <= now then
+    if rem and reset + math.min(QSLACK, math.floor(win / QMARGIN)) <= now then
       if limit > 0 and win > 0 then
         reset = reset + (math.floor((now - reset) / win) + 1) * win
         rem = limit
@@ -266,7 +272,7 @@ if #KEYS == 4 and believed then
     local unbooked = ARGV[22] == '1' and unb > 0
     if unbooked then unb = unb - 1 end
     local nreset = now + areset
-    if not rem or nreset > reset + 1000000 then
+    if not rem or nreset > reset + QSLACK then
       rem, reset, chg = math.max(arem - unb, 0), nreset, unb
     else
       if unbooked then
@@ -281,7 +287,7 @@ if #KEYS == 4 and believed then
       'src|' .. part, ARGV[18], 'label|' .. part, ARGV[19], 'seen|' .. part, fmt(now), 'route|' .. ARGV[21], part}
     f[#f + 1] = 'limit|' .. part
     f[#f + 1] = fmt(alimit)
-    local edge = reset + math.min(1000000, math.floor(win / 10))
+    local edge = reset + math.min(QSLACK, math.floor(win / QMARGIN))
     if rem == 0 and qtat < edge then
       f[#f + 1] = 'tat|' .. part
       f[#f + 1] = fmt(edge)

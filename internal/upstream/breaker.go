@@ -1,6 +1,10 @@
 package upstream
 
-import "time"
+import (
+	"time"
+
+	"github.com/coordd/coordd/internal/guardwire"
+)
 
 // The circuit breaker is hand-rolled rather than taken from gobreaker/v2:
 // its state must be shared by every instance, and gobreaker's distributed
@@ -35,7 +39,7 @@ func (s breakerState) String() string {
 }
 
 // breakerBuckets is how many buckets the failure-rate window is cut in.
-const breakerBuckets = 10
+const breakerBuckets = guardwire.BreakerBuckets
 
 // breaker is the in-process circuit breaker of one upstream. Each result
 // carries the generation in which its attempt was admitted; a result from

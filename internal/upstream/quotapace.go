@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coordd/coordd/internal/guardwire"
 )
 
 // Learned quotas. Every answer from the upstream may announce the quota
@@ -37,11 +39,11 @@ import (
 // start a new window rather than restate the current one: resets in
 // whole seconds (the draft's t, relative to an answer that took a while)
 // jitter by up to a second.
-const quotaSlack = time.Second
+const quotaSlack = guardwire.QuotaSlack
 
 // backgroundReserve is the part of a window's limit that background
 // fetches (FetchRequest.Background) never take: at least one request.
-func backgroundReserve(limit int64) int64 { return max(1, limit/10) }
+func backgroundReserve(limit int64) int64 { return max(1, limit/guardwire.ReserveParts) }
 
 // quotaWindow is one learned quota, as the guard paces it. It is not safe
 // for concurrent use.
@@ -63,7 +65,9 @@ type quotaWindow struct {
 // request reaches the upstream a while after its slot starts (later still
 // on a busy machine), so a slot within margin of the reset may be counted
 // in either window: none starts there.
-func (w *quotaWindow) margin() time.Duration { return min(quotaSlack, w.win/10) }
+func (w *quotaWindow) margin() time.Duration {
+	return min(quotaSlack, w.win/guardwire.QuotaMarginParts)
+}
 
 // edge is when w's next window is sure to have begun; last, when its own
 // last slot may start.
