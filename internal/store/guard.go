@@ -59,13 +59,27 @@ if qk then
 end
 local function margin() return math.min(QSLACK, math.floor(qwin / QMARGIN)) end
 local function edge() return qreset + margin() end
+local qrolled = false
 local function roll(t)
   if qrem and edge() <= t then
+    qrolled = true
     if qlimit > 0 and qwin > 0 then
       qreset = qreset + (math.floor((t - qreset) / qwin) + 1) * qwin
       qrem = qlimit
     else
       qrem = nil
+    end
+  end
+end
+-- keep a window rolled by an admission that books nothing, as
+-- quotaWindow.roll keeps it: where the next roll starts from decides
+-- whether a time just past a reset is within its margin
+local function qpersist()
+  if qrolled then
+    if qrem then
+      redis.call('HSET', qk, 'rem|' .. part, fmt(qrem), 'reset|' .. part, fmt(qreset))
+    else
+      redis.call('HDEL', qk, 'rem|' .. part)
     end
   end
 end
@@ -123,6 +137,7 @@ local unknown = 0
 if qk and not qrem then unknown = 1 end
 if qrem then
   if bg == '1' and qrem <= math.max(1, math.floor(qlimit / QRESERVE)) then
+    qpersist()
     redis.call('PEXPIRE', h, ttl)
     return {'limited', edge() - now, gen, changed, 0, 0, edge() - now}
   end
@@ -133,6 +148,7 @@ if qrem then
     if again and qlimit > 0 and 2 * qrem > qlimit then at, again = now, false end
   end
   if again then
+    qpersist()
     redis.call('PEXPIRE', h, ttl)
     local verdict = 'again'
     if edge() - now > maxwait then verdict = 'limited' end
@@ -146,6 +162,7 @@ if interval > 0 and qrem and paced > 0 and slot == 0 then later = 1 end
 if interval > 0 and later == 0 then at = math.max(at, tat - tau) end
 local boff = math.max(backoff - now, 0)
 if at - now > maxwait then
+  qpersist()
   redis.call('PEXPIRE', h, ttl)
   return {'limited', at - now, gen, changed, 0, boff, paced}
 end
@@ -165,13 +182,15 @@ if qk then
     redis.call('HSET', qk, 'rem|' .. part, fmt(qrem), 'reset|' .. part, fmt(qreset), 'tat|' .. part, fmt(qtat))
   else
     redis.call('HDEL', qk, 'rem|' .. part)
+    -- a count whose last lease ended is over (as localGuard.admit's)
+    if (tonumber(redis.call('HGET', qk, 'unbx')) or 0) < now then redis.call('HSET', qk, 'unb', 0, 'chg', 0) end
     redis.call('HINCRBY', qk, 'unb', 1)
     redis.call('HSET', qk, 'unbx', fmt(at + lease))
     if redis.call('PTTL', qk) < 0 then redis.call('PEXPIRE', qk, ttl) end
   end
 end
 local slack = -1
-if qrem then slack = qreset - margin() - at end
+if qrem and qreset - margin() - at >= 0 then slack = qreset - margin() - at end
 return {'ok', at - now, gen, changed, slot, boff, paced, unknown, slack, later}
 `
 

@@ -157,7 +157,7 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 		logTransition(g.log, g.m, g.name, "instance", breakerOpen.String(), breakerHalfOpen.String())
 	}
 	if !ok {
-		return admission{verdict: verdictOpen, wait: open, gen: g.br.gen}
+		return admission{verdict: verdictOpen, wait: open, gen: g.br.gen, slack: -1}
 	}
 	var floor time.Time
 	w := g.quotas[qa.key]
@@ -165,9 +165,9 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 		var again, held bool
 		floor, again, held = w.earliest(now, g.burst, qa.background)
 		if d := floor.Sub(now); held || (again && d > maxWait) {
-			return admission{verdict: verdictOverLimit, wait: d, gen: g.br.gen, paced: d}
+			return admission{verdict: verdictOverLimit, wait: d, gen: g.br.gen, paced: d, slack: -1}
 		} else if again {
-			return admission{verdict: verdictAdmitted, wait: d, gen: g.br.gen, paced: d, again: true}
+			return admission{verdict: verdictAdmitted, wait: d, gen: g.br.gen, paced: d, again: true, slack: -1}
 		}
 	}
 	paced := max(floor.Sub(now), 0)
@@ -180,9 +180,9 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 		wait, backoff, ok = g.limit.reserve(now, floor, maxWait)
 	}
 	if !ok {
-		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen, paced: paced}
+		return admission{verdict: verdictOverLimit, wait: wait, backoff: backoff, gen: g.br.gen, paced: paced, slack: -1}
 	}
-	slack := time.Duration(-1)
+	slack := time.Duration(-1) // no slot of a known window booked (as admitScript says it)
 	if w != nil {
 		w.book(now.Add(wait))
 		if l := w.last().Sub(now.Add(wait)); w.known && l >= 0 {

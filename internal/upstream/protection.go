@@ -437,7 +437,7 @@ func (p *Client) quotaAsk(fr FetchRequest) quotaAsk {
 		return quotaAsk{}
 	}
 	route := p.parts.route(fr.URL)
-	part := p.parts.of(route)
+	part := p.parts.of(fr.QuotaScope, route)
 	return quotaAsk{key: quotaKey(fr.QuotaScope, part), scope: fr.QuotaScope, partition: part, route: route,
 		background: fr.Background != nil && fr.Background()}
 }
@@ -458,7 +458,7 @@ func (p *Client) quotaNote(fr FetchRequest, resp *Response) quotaNote {
 		return quotaNote{}
 	}
 	route := p.parts.route(fr.URL)
-	p.parts.learn(route, q.Partition)
+	p.parts.learn(fr.QuotaScope, route, q.Partition)
 	label := fr.QuotaLabel
 	if label == "" {
 		label = "no credential"

@@ -208,19 +208,26 @@ func (w *quotaWindow) learn(now time.Time, q Quota, c *unbookedCount, unbooked b
 func quotaKey(scope, partition string) string { return scope + "|" + partition }
 
 // partitions maps the routes of an upstream (the first path segment
-// under its base url) to the quota partition their answers name, so that
-// a request is paced by its partition's quota before its answer says
-// which it is. Unknown routes are the default partition's. It is safe
-// for concurrent use.
+// under its base url) to the quota partition their answers name, per
+// credential scope, so that a request is paced by its partition's quota
+// before its answer says which it is. Unknown routes are the default
+// partition's. Per scope, as the shared guard keeps it (the route|ROUTE
+// fields of a scope's quota hash): a partition may name the credential
+// (the draft's pk), and one scope's answers never route another's
+// requests. It is safe for concurrent use.
 type partitions struct {
 	base string   // the upstream's base path, with a trailing slash
-	m    sync.Map // route → partition
+	m    sync.Map // scopeRoute → partition
 	n    atomic.Int32
 }
 
-// maxRoutes bounds the routes remembered: callers choose urls, and a
-// route past the bound is paced by the default partition.
-const maxRoutes = 256
+// scopeRoute is a route of one credential scope.
+type scopeRoute struct{ scope, route string }
+
+// maxRoutes bounds the routes remembered, over every scope: callers
+// choose urls, and a route past the bound is paced by the default
+// partition.
+const maxRoutes = 4096
 
 func newPartitions(baseURL string) *partitions {
 	p := &partitions{base: "/"}
@@ -241,22 +248,23 @@ func (p *partitions) route(rawURL string) string {
 	return r
 }
 
-// of is the partition route was last answered under.
-func (p *partitions) of(route string) string {
-	if v, ok := p.m.Load(route); ok {
+// of is the partition scope's requests of route were last answered under.
+func (p *partitions) of(scope, route string) string {
+	if v, ok := p.m.Load(scopeRoute{scope, route}); ok {
 		return v.(string)
 	}
 	return ""
 }
 
-// learn records that route is counted in partition.
-func (p *partitions) learn(r, partition string) {
-	v, ok := p.m.Load(r)
+// learn records that scope's requests of route are counted in partition.
+func (p *partitions) learn(scope, route, partition string) {
+	k := scopeRoute{scope, route}
+	v, ok := p.m.Load(k)
 	switch {
 	case ok && v.(string) != partition:
-		p.m.Store(r, partition)
+		p.m.Store(k, partition)
 	case !ok && partition != "" && p.n.Add(1) <= maxRoutes:
-		p.m.Store(r, partition)
+		p.m.Store(k, partition)
 	}
 }
 
