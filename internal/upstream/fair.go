@@ -670,7 +670,7 @@ func (s *fairScheduler) book(q *fairQueue) {
 
 		a := p.ask(s.ctx, bound, qa)
 		s.mu.Lock()
-		if a.again {
+		if a.again() {
 			// The quota's window is spent, and nothing was booked: book
 			// again when the next one begins (still counted booking).
 			if !s.afterLocked(a.wait, func() { s.book(q) }) {

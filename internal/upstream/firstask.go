@@ -48,7 +48,7 @@ func (a *FirstAsk) Drop(ctx context.Context) {
 	}
 	a.taken = true
 	if a.answer != nil {
-		if ad := a.p.shared.answer(*a.answer); ad.verdict == verdictAdmitted && !ad.again {
+		if ad := a.p.shared.answer(*a.answer); ad.verdict == verdictAdmitted && !ad.again() {
 			a.p.record(ctx, ad, outcomeNone, 0, quotaNote{})
 		}
 	}

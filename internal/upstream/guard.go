@@ -36,21 +36,39 @@ type admission struct {
 	// its slot was booked by the rate limit alone (Client.admit asks the
 	// quota again when the slot starts).
 	unknown bool
-	// again: the quota's window is spent; nothing was booked, and the
-	// attempt asks again after wait, when the next window begins.
-	again bool
+	// then is what the attempt does once its wait is over (see afterWait).
+	then afterWait
 	// slack: how late the slot may start and still be among its quota
 	// window's slots (-1: no quota paces it); started: when it did start,
 	// by the local clock (Client.admitAs).
 	slack   time.Duration
 	started time.Time
-	// rateLater: the learned quota paces the slot (paced > 0), and the
-	// rate limit, which every credential of the upstream shares, was not
-	// booked for it; Client.admitAs asks it alone (quotaAsk.rateOnly)
-	// when the slot starts. Booked now, at the paced start, it would hold
-	// every other credential's requests until then.
-	rateLater bool
 }
+
+// afterWait is what an admitted attempt does when its wait is over, one
+// of three.
+type afterWait uint8
+
+const (
+	// thenSend: its slot starts; the request goes out.
+	thenSend afterWait = iota
+	// thenAskAgain: the quota's window is spent; nothing was booked, and
+	// the attempt asks again (askBoth) when the next window begins.
+	thenAskAgain
+	// thenAskRate: the learned quota paces the slot (paced > 0), and the
+	// rate limit, which every credential of the upstream shares, was not
+	// booked for it; Client.admitAs asks it alone (askRate) when the slot
+	// starts. Booked now, at the paced start, it would hold every other
+	// credential's requests until then.
+	thenAskRate
+)
+
+// again reports whether the attempt asks again (thenAskAgain).
+func (a admission) again() bool { return a.then == thenAskAgain }
+
+// rateLater reports whether the rate limit is asked when the slot starts
+// (thenAskRate).
+func (a admission) rateLater() bool { return a.then == thenAskRate }
 
 // late reports whether the attempt a admitted is about to go out past its
 // quota window's slots (delayed by slots in flight, or a busy machine),
@@ -64,9 +82,24 @@ type quotaAsk struct {
 	partition  string // the partition this instance knows route to be counted in
 	route      string // the url's first path segment (the shared guard maps it)
 	background bool   // FetchRequest.Background: never the reserve of a window
-	quotaOnly  bool   // a slot already started: ask the quota alone, not the rate limit
-	rateOnly   bool   // a slot the quota paced starts (admission.rateLater): ask the rate limit alone; key is ""
+	asks       asking // what of the guard is asked: both, the quota alone, the rate limit alone
 }
+
+// asking is what one ask of the guard books, one of three: an attempt's
+// first ask books both the rate limit and its quota; an ask again, once
+// the slot has started, books one of them alone.
+type asking uint8
+
+const (
+	// askBoth: the rate limit and the quota (an attempt's first ask).
+	askBoth asking = iota
+	// askQuota: the quota alone, not the rate limit: a slot already
+	// started whose quota was unknown, or spent, asks again.
+	askQuota
+	// askRate: the rate limit alone: a slot the quota paced starts
+	// (admission.rateLater()); its quotaAsk names no quota (key "").
+	askRate
+)
 
 // quotaNote is what an answer announced of the quota it was counted in.
 type quotaNote struct {
@@ -78,7 +111,7 @@ type quotaNote struct {
 	// unbooked: the request was admitted before the quota was known
 	// (admission.unknown), so no slot was booked for it; the guard counted
 	// it in flight (unbookedCount), and its answer ends that, charging it
-	// to its window once. An attempt asked again (quotaOnly) while the
+	// to its window once. An attempt asked again (askQuota) while the
 	// quota was still unknown is counted again, until its lease ends:
 	// pacing is then slower for that long, never faster.
 	unbooked bool
@@ -167,16 +200,16 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 		if d := floor.Sub(now); held || (again && d > maxWait) {
 			return admission{verdict: verdictOverLimit, wait: d, gen: g.br.gen, paced: d, slack: -1}
 		} else if again {
-			return admission{verdict: verdictAdmitted, wait: d, gen: g.br.gen, paced: d, again: true, slack: -1}
+			return admission{verdict: verdictAdmitted, wait: d, gen: g.br.gen, paced: d, then: thenAskAgain, slack: -1}
 		}
 	}
 	paced := max(floor.Sub(now), 0)
 	wait, backoff, ok := paced, time.Duration(0), paced <= maxWait
-	rateLater := !qa.quotaOnly && paced > 0 && slot == 0 && g.limit.interval > 0
+	rateLater := qa.asks != askQuota && paced > 0 && slot == 0 && g.limit.interval > 0
 	switch {
 	case rateLater:
 		wait, backoff, ok = g.limit.hold(now, floor, maxWait)
-	case !qa.quotaOnly:
+	case qa.asks != askQuota:
 		wait, backoff, ok = g.limit.reserve(now, floor, maxWait)
 	}
 	if !ok {
@@ -200,7 +233,11 @@ func (g *localGuard) admit(maxWait time.Duration, qa quotaAsk) admission {
 		u.n++
 		u.until = now.Add(wait + g.lease)
 	}
-	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack, rateLater: rateLater}
+	then := thenSend
+	if rateLater {
+		then = thenAskRate
+	}
+	return admission{verdict: verdictAdmitted, wait: wait, backoff: backoff, gen: g.br.gen, probe: slot, paced: paced, unknown: unknown, slack: slack, then: then}
 }
 
 func (g *localGuard) record(a admission, o outcome, backoff time.Duration, n quotaNote) {
@@ -367,7 +404,7 @@ func (g *sharedGuard) admit(ctx context.Context, maxWait time.Duration, qa quota
 // maxWait and spends qa.
 func (g *sharedGuard) ask(maxWait time.Duration, qa quotaAsk) SharedAdmit {
 	interval, tau := g.interval, g.tau
-	if qa.quotaOnly {
+	if qa.asks == askQuota {
 		interval, tau = 0, 0
 	}
 	return SharedAdmit{
@@ -379,10 +416,13 @@ func (g *sharedGuard) ask(maxWait time.Duration, qa quotaAsk) SharedAdmit {
 
 // answer is the admission the shared guard's reply res gives.
 func (g *sharedGuard) answer(res SharedAdmission) admission {
-	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack, rateLater: res.RateLater}
+	a := admission{wait: res.Wait, gen: res.Gen, probe: res.Probe, backoff: res.Backoff, shared: true, paced: res.Paced, unknown: res.Unknown, slack: res.Slack}
+	if res.RateLater {
+		a.then = thenAskRate
+	}
 	switch res.Verdict {
 	case "again":
-		a.again = true
+		a.then = thenAskAgain
 	case "open":
 		a.verdict = verdictOpen
 	case "limited":

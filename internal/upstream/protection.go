@@ -224,14 +224,14 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 			// may count the request in the next window: ask the quota
 			// again (a slot booked late goes unused). Go at once if it
 			// allows; else give the slot in flight back while paced.
-			qa.quotaOnly = true
+			qa.asks = askQuota
 			b := p.ask(ctx, p.bound(ctx, fr), qa)
-			if b.verdict == verdictAdmitted && !b.again && b.wait == 0 {
+			if b.verdict == verdictAdmitted && !b.again() && b.wait == 0 {
 				a, a.started = b, time.Now()
 				break
 			}
 			slot.release(ctx)
-			if b.verdict != verdictAdmitted || b.again {
+			if b.verdict != verdictAdmitted || b.again() {
 				a, aerr = p.admitAs(ctx, fr, qa, report) // refused, or waits for the next window
 				continue
 			}
@@ -313,7 +313,7 @@ func (p *Client) fetchOne(ctx context.Context, fr FetchRequest, hop int, report 
 // is spent books nothing: the attempt waits for the next window and asks
 // again. A slot the quota paces books the rate limit, which the
 // upstream's other credentials share, only when it starts
-// (admission.rateLater).
+// (admission.rateLater()).
 func (p *Client) admit(ctx context.Context, fr FetchRequest, report func(Event)) (admission, error) {
 	return p.admitAs(ctx, fr, p.quotaAsk(fr), report)
 }
@@ -328,7 +328,7 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			err    error
 			queued bool
 		)
-		first := !qa.quotaOnly && !qa.rateOnly               // asked for the rate limit and the quota: the queue's
+		first := qa.asks == askBoth                          // asked for the rate limit and the quota: the queue's
 		ahead := first && fr.First != nil && !fr.First.taken // asked ahead, holding the scope's ask (PrepareAsk)
 		if first && !ahead && !p.fair.tryAsk(fr.QuotaScope) {
 			a, err = p.fair.wait(ctx, fr, qa, bound, nil, report)
@@ -341,7 +341,7 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			if !answered {
 				a = p.ask(ctx, bound, qa)
 			}
-			if a.verdict == verdictAdmitted && a.wait > 0 && !a.again && first {
+			if a.verdict == verdictAdmitted && a.wait > 0 && !a.again() && first {
 				a, err = p.fair.wait(ctx, fr, qa, bound, &a, report) // ends the ask
 				queued = true
 			} else if first {
@@ -366,7 +366,7 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			p.m.RateLimitWait(p.up.Name, a.wait)
 			detail := "waiting for a rate-limit slot"
 			switch {
-			case a.again:
+			case a.again():
 				detail = "the quota " + p.up.Name + " announced is spent until its reset"
 			case a.backoff >= a.wait:
 				detail = p.up.Name + " asked to back off (Retry-After)"
@@ -375,31 +375,31 @@ func (p *Client) admitAs(ctx context.Context, fr FetchRequest, qa quotaAsk, repo
 			}
 			report(Event{Stage: StageRateLimited, Wait: a.wait, Detail: detail})
 			if !sleep(ctx, a.wait) {
-				if !a.again { // nothing to give back otherwise
+				if !a.again() { // nothing to give back otherwise
 					p.record(ctx, a, outcomeNone, 0, quotaNote{})
 				}
 				return a, fmt.Errorf("%w: %s: %v", ErrUnavailable, p.up.Name, ctx.Err())
 			}
 		}
-		if a.again {
+		if a.again() {
 			qa = p.quotaAsk(fr)
 			continue
 		}
-		if a.rateLater {
+		if a.rateLater() {
 			a.started = time.Now()
-			paced, qa = &a, quotaAsk{rateOnly: true}
+			paced, qa = &a, quotaAsk{asks: askRate}
 			continue
 		}
 		if paced != nil { // how late the attempt may go is the quota slot's
 			a.slack, a.started, a.paced = paced.slack, paced.started, paced.paced
 			return a, nil
 		}
-		if !a.unknown || a.wait == 0 || a.probe > 0 || qa.quotaOnly {
+		if !a.unknown || a.wait == 0 || a.probe > 0 || qa.asks == askQuota {
 			a.started = time.Now()
 			return a, nil
 		}
 		qa = p.quotaAsk(fr) // its partition may be known by now
-		qa.quotaOnly = true
+		qa.asks = askQuota
 	}
 }
 

@@ -93,9 +93,9 @@ func FuzzQuotaGoVsLua(f *testing.F) {
 				}
 				trace = append(trace, fmt.Sprintf("admit(%+v, maxWait %v) = %+v", ask, maxWait, l))
 				if l.verdict != s.verdict || !near(l.wait, s.wait) || !near(l.paced, s.paced) || l.unknown != s.unknown ||
-					l.again != s.again || !near(l.slack, s.slack) || l.rateLater != s.rateLater || l.backoff != s.backoff {
+					l.again() != s.again() || !near(l.slack, s.slack) || l.rateLater() != s.rateLater() || l.backoff != s.backoff {
 					show := func(a admission) string {
-						return fmt.Sprintf("%v paced %v unknown %v again %v slack %v rateLater %v backoff %v", a, a.paced, a.unknown, a.again, a.slack, a.rateLater, a.backoff)
+						return fmt.Sprintf("%v paced %v unknown %v again %v slack %v rateLater %v backoff %v", a, a.paced, a.unknown, a.again(), a.slack, a.rateLater(), a.backoff)
 					}
 					if w := local.quotas[ask.key]; w != nil {
 						t.Logf("the Go window: %+v at %v", *w, clk.Now())

@@ -35,6 +35,26 @@ import (
 //     a quota spent until a reset an hour away fails fetches at once with
 //     that Retry-After, and never stalls them beyond max_wait.
 
+// The invariants of pacing, each with the test that shows it (on both
+// guards: guardKinds runs each against localGuard and sharedGuard, and
+// FuzzQuotaGoVsLua holds the two to the same answers on random
+// sequences):
+//   - never over the announced quota: the slots booked in a window are at
+//     most what its answer said remains, less the requests admitted
+//     before it was known and still in flight; one past it waits for the
+//     next window (TestQuotaPacing, TestQuotaUnbookedAnswers);
+//   - a request is counted once: booked in one window, or, admitted while
+//     its quota was unknown, charged to the window its answers announce
+//     once, whether or not its own answer comes (TestQuotaUnbookedAnswers);
+//   - at a reset: no slot starts within margin of it unless more than
+//     half the limit remains (TestQuotaRoomyMargin); a spent window books
+//     nothing and asks again at its edge (thenAskAgain, TestQuotaPacing);
+//     a window that ends unanswered is assumed full for as long as the
+//     longest reset seen (TestQuotaPacing);
+//   - pacing never holds another credential: the rate limit a paced slot
+//     needs is booked when the slot starts (thenAskRate,
+//     TestQuotaPacingHoldsNoOtherScope).
+
 // quotaSlack is how much later a reset must be than the known one to
 // start a new window rather than restate the current one: resets in
 // whole seconds (the draft's t, relative to an answer that took a while)

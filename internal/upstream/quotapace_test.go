@@ -265,8 +265,8 @@ func TestQuotaPacingHoldsNoOtherScope(t *testing.T) {
 		var last admission
 		for i := range 4 {
 			last = g.admit(time.Minute, a)
-			if last.verdict != verdictAdmitted || (i > 0 && !last.rateLater) {
-				t.Fatalf("s/a slot %d: %v (rate later %v); want admitted, paced slots booking the rate limit when they start", i, last, last.rateLater)
+			if last.verdict != verdictAdmitted || (i > 0 && !last.rateLater()) {
+				t.Fatalf("s/a slot %d: %v (rate later %v); want admitted, paced slots booking the rate limit when they start", i, last, last.rateLater())
 			}
 		}
 		if last.wait < 2*time.Second {
@@ -278,8 +278,8 @@ func TestQuotaPacingHoldsNoOtherScope(t *testing.T) {
 		// When a paced slot starts, it books the rate limit, strictly:
 		// two at one instant are a rate-limit interval apart.
 		clk.Advance(last.wait)
-		r1, r2 := g.admit(time.Minute, quotaAsk{rateOnly: true}), g.admit(time.Minute, quotaAsk{rateOnly: true})
-		if r1.verdict != verdictAdmitted || r1.rateLater || r2.wait-r1.wait < 90*time.Millisecond {
+		r1, r2 := g.admit(time.Minute, quotaAsk{asks: askRate}), g.admit(time.Minute, quotaAsk{asks: askRate})
+		if r1.verdict != verdictAdmitted || r1.rateLater() || r2.wait-r1.wait < 90*time.Millisecond {
 			t.Errorf("rate limit asked as paced slots start: %v then %v; want 100ms apart", r1, r2)
 		}
 	})
@@ -290,7 +290,7 @@ func TestQuotaPacingHoldsNoOtherScope(t *testing.T) {
 func bookable(g testGuard, ask quotaAsk) int {
 	n := 0
 	for ; n < 10; n++ {
-		if a := g.admit(time.Minute, ask); a.again || a.verdict != verdictAdmitted {
+		if a := g.admit(time.Minute, ask); a.again() || a.verdict != verdictAdmitted {
 			break
 		}
 	}
@@ -337,7 +337,7 @@ func TestQuotaUnbookedAnswers(t *testing.T) {
 			t.Errorf("a1 answered, a2 in flight: %d slots booked in the window; want 4", n)
 		}
 		g.record(a2, outcomeSuccess, 0, note(4, true)) // charged already
-		if a := g.admit(time.Minute, ask); !a.again {
+		if a := g.admit(time.Minute, ask); !a.again() {
 			t.Errorf("a2 answered: %v; want the window still spent", a)
 		}
 	})
@@ -358,16 +358,16 @@ func TestQuotaRoomyMargin(t *testing.T) {
 		g.record(g.admit(time.Minute, ask), outcomeSuccess, 0, note(90))
 		clk.Advance(9500 * time.Millisecond) // within the margin (1s) of the reset
 		for i := range 3 {
-			if a := g.admit(time.Minute, ask); a.verdict != verdictAdmitted || a.again || a.wait != 0 {
-				t.Fatalf("call %d at the reset with 90 of 100 left: %v (again %v); want at once", i, a, a.again)
+			if a := g.admit(time.Minute, ask); a.verdict != verdictAdmitted || a.again() || a.wait != 0 {
+				t.Fatalf("call %d at the reset with 90 of 100 left: %v (again %v); want at once", i, a, a.again())
 			}
 		}
 	})
 	guardKinds(t, p, func(t *testing.T, g testGuard, clk *testclock.Clock) {
 		g.record(g.admit(time.Minute, ask), outcomeSuccess, 0, note(10))
 		clk.Advance(9500 * time.Millisecond)
-		if a := g.admit(time.Minute, ask); !a.again || a.wait < 1400*time.Millisecond {
-			t.Errorf("at the reset with 10 of 100 left: %v (again %v); want it to wait for the next window", a, a.again)
+		if a := g.admit(time.Minute, ask); !a.again() || a.wait < 1400*time.Millisecond {
+			t.Errorf("at the reset with 10 of 100 left: %v (again %v); want it to wait for the next window", a, a.again())
 		}
 	})
 }

@@ -67,7 +67,7 @@ func (g *gcra) reserve(now, floor time.Time, maxWait time.Duration) (wait, backo
 	return wait, backoff, true
 }
 
-// hold is reserve for a slot a learned quota paces (admission.rateLater):
+// hold is reserve for a slot a learned quota paces (admission.rateLater()):
 // it starts no earlier than floor and the backoff, and books nothing; the
 // slot books the rate limit when it starts.
 func (g *gcra) hold(now, floor time.Time, maxWait time.Duration) (wait, backoff time.Duration, ok bool) {
