@@ -8,7 +8,7 @@ import (
 )
 
 func TestLoadCorpus(t *testing.T) {
-	c, err := Load("../../testdata/client-conformance")
+	c, err := Load("../../../testdata/client-conformance")
 	if err != nil {
 		t.Fatal(err)
 	}
