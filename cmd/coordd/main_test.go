@@ -21,6 +21,7 @@ import (
 	"github.com/coordd/coordd/internal/testing/enginetest"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
 	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/freeport"
 	"github.com/coordd/coordd/internal/testing/redistest"
 	"github.com/coordd/coordd/internal/testing/storetest"
 	"github.com/coordd/coordd/server/statuspage"
@@ -105,12 +106,7 @@ func TestBadConfigNamesField(t *testing.T) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t) // below the ephemeral range: no outgoing connection takes it meanwhile
 }
 
 // TestSIGTERMDrains runs coordd as main does and cancels its context, as

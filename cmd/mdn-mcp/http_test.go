@@ -22,6 +22,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/testing/fakeupstream"
 	"github.com/coordd/coordd/internal/testing/fleettest"
+	"github.com/coordd/coordd/internal/testing/freeport"
 	"github.com/coordd/coordd/internal/testing/haproxytest"
 	"github.com/coordd/coordd/internal/testing/redistest"
 )
@@ -305,12 +306,7 @@ func mcpHAProxyConfig(t *testing.T, front, sock string, addrs []string) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return freeport.Addr(t) // below the ephemeral range: no outgoing connection takes it meanwhile
 }
 
 // httpClient connects a go-sdk MCP client over Streamable HTTP to url
