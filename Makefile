@@ -78,7 +78,7 @@ check-generated:
 		fi; \
 	done && echo "check-generated: $(GENERATED) up to date."
 
-.PHONY: test test-short test-ts ts-build conformance-tools deps run build soak bench report stress-test stress-deps dist dist-python dist-python-deps
+.PHONY: test test-short test-ts ts-build conformance-tools mcp-servers deps run build soak bench report stress-test stress-deps dist dist-python dist-python-deps
 
 # deps installs what the tests need and cannot fetch through Go modules:
 # redis-server and haproxy (apt-get where possible), the Python client's
@@ -184,7 +184,7 @@ deps:
 # against the protos, go vet and staticcheck (lint), go test -race
 # (cmd/mdn-mcp runs the built TypeScript MCP server too, over Streamable
 # HTTP), then the TypeScript client and MCP server against a real coordd.
-test: deps check-generated ts-build conformance-tools lint
+test: deps check-generated ts-build conformance-tools mcp-servers lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) -C $(BENCH_MODULE) test -race -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory test-ts
@@ -213,6 +213,17 @@ conformance-tools:
 		exit 1; \
 	fi; \
 	echo "conformance-tools: node $$v for the MCP conformance suite"
+
+# mcp-servers installs the MCP servers from npm that the gateway's tests
+# run behind coordd, unmodified, under .tools/mcp-servers: the reference
+# GitLab server (its API calls go to internal/testing/fakegitlab) and the
+# protocol's "everything" server. internal/testing/mcpservers finds them.
+MCP_SERVERS_DIR := $(CURDIR)/.tools/mcp-servers
+mcp-servers:
+	@mkdir -p $(MCP_SERVERS_DIR)
+	@test -f $(MCP_SERVERS_DIR)/package.json || echo '{"private": true}' > $(MCP_SERVERS_DIR)/package.json
+	cd $(MCP_SERVERS_DIR) && npm install --no-audit --no-fund --save-exact @modelcontextprotocol/server-gitlab@2025.4.25 @modelcontextprotocol/server-everything@2026.8.31
+	@test -x $(MCP_SERVERS_DIR)/node_modules/.bin/mcp-server-gitlab || { echo "error: npm did not install @modelcontextprotocol/server-gitlab under $(MCP_SERVERS_DIR)" >&2; exit 1; }
 
 # ts-build installs the TypeScript packages and builds clients/ts/dist
 # (npm ci runs the package's prepare script, which builds).
@@ -376,7 +387,7 @@ soak: deps
 # (e.g. STRESS_ARGS='-run Lock ./server/').
 STRESS_RUNS ?= 5
 STRESS_ARGS ?= ./...
-stress-test: deps stress-deps ts-build conformance-tools
+stress-test: deps stress-deps ts-build conformance-tools mcp-servers
 	@stress-ng --cpu $$(nproc) --timeout 0 --quiet & hog=$$!; \
 	trap 'kill $$hog 2>/dev/null' EXIT; \
 	failed=0; \

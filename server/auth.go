@@ -172,7 +172,7 @@ func (s *Server) authOptions() []grpc.ServerOption {
 // fails closed if it is served without its interceptors.
 func (s *Server) principal(ctx context.Context) (*principal, error) {
 	if s.auth == nil {
-		return open, nil
+		return s.openPrincipal(), nil
 	}
 	if p, ok := ctx.Value(principalKey{}).(*principal); ok {
 		return p, nil
@@ -194,6 +194,31 @@ type Option func(*Server)
 // no authentication; every caller is the default tenant, with every
 // upstream and the right to Invalidate.
 func WithAuth(a *Auth) Option { return func(s *Server) { s.auth = a } }
+
+// WithOpenUpstreams limits the callers of a Server without Auth to the
+// upstreams named: the others belong to another door (the MCP gateway's).
+// Default: every upstream.
+func WithOpenUpstreams(names []string) Option {
+	return func(s *Server) {
+		s.open = &principal{admin: true, scope: coordinator.Scope{Upstreams: slices.Clone(names)}}
+	}
+}
+
+func (s *Server) openPrincipal() *principal {
+	if s.open != nil {
+		return s.open
+	}
+	return open
+}
+
+// Tenant returns the name of the tenant token is of.
+func (a *Auth) Tenant(token string) (string, bool) {
+	p, ok := a.authenticate(token)
+	if !ok {
+		return "", false
+	}
+	return p.scope.Tenant, true
+}
 
 // WithReflection says whether NewGRPC registers server reflection.
 // Default: true.

@@ -462,7 +462,7 @@ func orString(s, d string) string {
 // refusals.
 func (s *Server) httpPrincipal(r *http.Request) (*principal, error) {
 	if s.auth == nil {
-		return open, nil
+		return s.openPrincipal(), nil
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {

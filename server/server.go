@@ -42,7 +42,8 @@ type Server struct {
 	coorddv1.UnimplementedCoordinatorServiceServer
 	c            *coordinator.Coordinator
 	log          *slog.Logger
-	auth         *Auth // nil: every caller is the default tenant (see WithAuth)
+	auth         *Auth      // nil: every caller is the default tenant (see WithAuth)
+	open         *principal // the principal without auth; nil: open (see WithOpenUpstreams)
 	noReflection bool
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/coordinator"
+	"github.com/coordd/coordd/gateway"
 )
 
 // fileConfig is coordd's YAML configuration: the coordinator's own
@@ -28,8 +29,12 @@ type fileConfig struct {
 	LogFormat     string          `yaml:"log_format"`     // text or json. Default: text.
 	MetricsListen string          `yaml:"metrics_listen"` // Prometheus /metrics address. Default: none.
 	HTTPListen    string          `yaml:"http_listen"`    // the HTTP door's address (server.GRPC.HTTPHandler). Default: none.
-	ShutdownGrace time.Duration   `yaml:"shutdown_grace"`
-	DrainDelay    time.Duration   `yaml:"drain_delay"`
+	MCPListen     string          `yaml:"mcp_listen"`     // the MCP gateway's address (Streamable HTTP at /mcp/NAME). Default: none.
+	// MCPServers are the backend MCP servers the gateway fronts
+	// (docs/gateway.md). Default: none.
+	MCPServers    []gateway.Server `yaml:"mcp_servers"`
+	ShutdownGrace time.Duration    `yaml:"shutdown_grace"`
+	DrainDelay    time.Duration    `yaml:"drain_delay"`
 
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.

@@ -24,12 +24,17 @@ type httpDoor struct {
 // handler, instrumented), over TLS with cfg when not nil; nil for an empty
 // addr.
 func listenHTTP(addr string, g *server.GRPC, h http.Handler, cfg *tls.Config) (*httpDoor, error) {
+	return listenHTTPAt("http_listen", addr, g, h, cfg)
+}
+
+// listenHTTPAt is listenHTTP for the listener configured as field.
+func listenHTTPAt(field, addr string, g *server.GRPC, h http.Handler, cfg *tls.Config) (*httpDoor, error) {
 	if addr == "" {
 		return nil, nil
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("config: http_listen: %w", err)
+		return nil, fmt.Errorf("config: %s: %w", field, err)
 	}
 	if cfg != nil {
 		lis = tls.NewListener(lis, cfg)

@@ -356,8 +356,20 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	errs = append(errs, splitErrors(fc.scopeKey(&cfg))...)
 	traceSettings, err := fc.Tracing.settings(os.Getenv)
 	errs = append(errs, splitErrors(err)...)
-	srvOpts, grpcOpts, httpTLS, certs, err := fc.serverOptions(log, fc.upstreamNames())
+	srvOpts, grpcOpts, httpTLS, certs, err := fc.serverOptions(log, fc.upstreamNames(), fc.mcpServerNames())
 	errs = append(errs, splitErrors(err)...)
+	gw, err := fc.newGateway(log)
+	errs = append(errs, splitErrors(err)...)
+	if gw != nil {
+		if len(cfg.Upstreams) == 0 {
+			cfg.Upstreams = []coordinator.Upstream{coordinator.DefaultUpstream()}
+		}
+		if len(fc.Tenants) == 0 {
+			srvOpts = append(srvOpts, server.WithOpenUpstreams(fc.upstreamNames()))
+		}
+		cfg.Upstreams = append(cfg.Upstreams, gw.Upstreams()...)
+		defer gw.Close()
+	}
 	_, err = checkMetrics(fc)
 	errs = append(errs, splitErrors(err)...)
 	rdb, err := redisClient(fc) // connects lazily: on first use
@@ -388,11 +400,17 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 			g.SetRedisHealth(up)
 		}
 	}}
+	if gw != nil {
+		opts.Transport = gw.Wrap(nil)
+	}
 	c, err := coordinator.New(cfg, opts)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	defer c.Close()
+	if gw != nil {
+		gw.Bind(c)
+	}
 	lis, err := net.Listen("tcp", fc.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -403,6 +421,16 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	if err != nil {
 		_ = lis.Close()
 		return err
+	}
+	var mcpDoor *httpDoor
+	if gw != nil {
+		if mcpDoor, err = listenHTTPAt("mcp_listen", fc.MCPListen, g, tr.instrumentHTTP(gw.Handler()), httpTLS); err != nil {
+			_ = lis.Close()
+			if door != nil {
+				_ = door.lis.Close()
+			}
+			return err
+		}
 	}
 	if rdb != nil {
 		g.SetRedisHealth(c.RedisHealthy())
@@ -451,6 +479,15 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 		eg.Go(func() error {
 			<-ctx.Done()
 			door.drain(hurry, delayFor(), fc.ShutdownGrace)
+			return nil
+		})
+	}
+	if mcpDoor != nil {
+		log.Info("mcp gateway serving", "addr", mcpDoor.lis.Addr().String(), "servers", gw.Names(), "tls", httpTLS != nil)
+		eg.Go(mcpDoor.serve)
+		eg.Go(func() error {
+			<-ctx.Done()
+			mcpDoor.drain(hurry, delayFor(), fc.ShutdownGrace)
 			return nil
 		})
 	}

@@ -76,7 +76,13 @@ type tenantConfig struct {
 	// Credentials are the tenant's own credentials, by upstream name (an
 	// upstream it is granted): its calls send them instead of the
 	// upstream's credential.
-	Credentials map[string]*upstream.Credential `yaml:"credentials"`
+	// An entry for a stdio MCP server of mcp_servers is instead the
+	// environment its processes get for this tenant ({VAR: {value_env: X}}),
+	// and one for a remote MCP server its credential (docs/gateway.md).
+	Credentials map[string]*tenantCredential `yaml:"credentials"`
+	// MCPServers the tenant may use through the MCP gateway, by name.
+	// Default: none.
+	MCPServers []string `yaml:"mcp_servers"`
 	// Weight is the tenant's share of an upstream's slots while fetches of
 	// several tenants wait for them: weight 2 gets twice the slots of
 	// weight 1, and a share nobody uses goes to whoever waits. 1..1000.
@@ -98,7 +104,7 @@ type tlsConfig struct {
 // gRPC listener's, and the certificates both serve (nil: plaintext), for
 // the metrics. upstreams are the configured upstreams' names, which
 // every tenant's grant must name.
-func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([]server.Option, []grpc.ServerOption, *tls.Config, *certReloader, error) {
+func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams, mcpServers []string) ([]server.Option, []grpc.ServerOption, *tls.Config, *certReloader, error) {
 	var sopts []server.Option
 	var gopts []grpc.ServerOption
 	var httpTLS *tls.Config
@@ -108,7 +114,7 @@ func (sc *securityConfig) serverOptions(log *slog.Logger, upstreams []string) ([
 	}
 	var tenantsErr error // reported with tls's, if any: every error at once
 	if len(sc.Tenants) > 0 {
-		tenants, err := sc.tenants(upstreams, log)
+		tenants, err := sc.tenants(upstreams, mcpServers, log)
 		if err == nil {
 			var a *server.Auth
 			if a, err = server.NewAuth(tenants); err != nil {
@@ -160,7 +166,7 @@ func withHTTP1(cfg *tls.Config) *tls.Config {
 // tenants reads every tenant's tokens and credentials and checks its
 // grant. The error names every bad field of every tenant, one per line
 // (errors.Join).
-func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]server.Tenant, error) {
+func (sc *securityConfig) tenants(upstreams, mcpServers []string, log *slog.Logger) ([]server.Tenant, error) {
 	var out []server.Tenant
 	var errs []error
 	for i, tc := range sc.Tenants {
@@ -181,7 +187,10 @@ func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]serve
 		case tc.Upstreams == nil:
 			errs = append(errs, fmt.Errorf(`%s.upstreams: required: name the upstreams it may use, or ["*"] for all`, field))
 		case slices.Equal(tc.Upstreams, []string{"*"}):
-			// nil: all
+			if len(mcpServers) > 0 {
+				// The gateway's upstreams are its own: no other door serves them.
+				t.Upstreams = slices.Clone(upstreams)
+			} // else nil: all
 		default:
 			for j, u := range tc.Upstreams {
 				if !slices.Contains(upstreams, u) {
@@ -192,9 +201,19 @@ func (sc *securityConfig) tenants(upstreams []string, log *slog.Logger) ([]serve
 		}
 		names := slices.Sorted(maps.Keys(tc.Credentials))
 		for _, u := range names {
-			cred := tc.Credentials[u]
+			if slices.Contains(mcpServers, u) {
+				continue // the gateway's (gatewayTenants)
+			}
+			tcred := tc.Credentials[u]
+			var cred *upstream.Credential
+			if tcred != nil {
+				cred = &tcred.Credential
+			}
 			cf := fmt.Sprintf("%s.credentials.%s", field, u)
 			switch {
+			case tcred != nil && tcred.env != nil:
+				errs = append(errs, fmt.Errorf("%s: give header and value_env or value_file (an environment is for a stdio server of mcp_servers)", cf))
+				continue
 			case !slices.Contains(upstreams, u):
 				errs = append(errs, fmt.Errorf("%s: no upstream is named %q", cf, u))
 				continue

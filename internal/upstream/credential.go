@@ -82,6 +82,15 @@ func (c *Credential) Load(field string, log *slog.Logger) error {
 	return nil
 }
 
+// FixedCredential returns a loaded Credential whose value is v, sent in
+// header: a value a door composes itself (the gateway's environment of a
+// stdio server), never re-read.
+func FixedCredential(header string, v secret.Value) *Credential {
+	src := &credentialSource{field: header}
+	src.val.Store(&secretBox{v})
+	return &Credential{Header: http.CanonicalHeaderKey(header), src: src}
+}
+
 // Value returns c's current value: for a file, as it is on disk (looked at
 // at most once a second). The zero Value before Load.
 func (c *Credential) Value() secret.Value {

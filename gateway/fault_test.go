@@ -1,0 +1,115 @@
+package gateway_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/coordd/coordd/gateway"
+	"github.com/coordd/coordd/internal/testing/fakegitlab"
+)
+
+// children returns the pids of this process's children whose command
+// line holds name.
+func children(t *testing.T, name string) []int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	me := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[1] != strconv.Itoa(me) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cmd), name) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func killAll(t *testing.T, name string) {
+	t.Helper()
+	pids := children(t, name)
+	if len(pids) == 0 {
+		t.Fatalf("no %s process to kill", name)
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// TestProcessKilledMidCall: the server's process is killed while a call
+// runs in it. A coalesced (read-only) call runs again in a process
+// started anew and is answered; a write gets an error that says its
+// outcome is unknown, and is not run again.
+func TestProcessKilledMidCall(t *testing.T) {
+	api := fakegitlab.Start(t)
+	in := fleet(t, 1, []gateway.Server{gitlab(t, api, 1, 0)}, gateway.Options{})
+	s := agent(t, in[0].url+"/mcp/gitlab", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	t.Run("read", func(t *testing.T) {
+		release := api.Hold()
+		defer release()
+		got := make(chan *mcp.CallToolResult, 1)
+		errc := make(chan error, 1)
+		go func() {
+			r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "get_file_contents", Arguments: map[string]any{"project_id": "1", "file_path": "k.md"}})
+			got <- r
+			errc <- err
+		}()
+		waitFor(t, func() bool { return api.Files() == 1 })
+		killAll(t, "server-gitlab")
+		waitFor(t, func() bool { return api.Files() == 2 }) // run again, in a new process
+		release()
+		r, err := <-got, <-errc
+		if err != nil || r.IsError {
+			t.Fatalf("read after a kill: %v %v", err, r)
+		}
+		if !strings.Contains(text(t, r), "contents of k.md") {
+			t.Fatalf("read after a kill: %q", text(t, r))
+		}
+		if n := in[0].m.restarts.Load(); n < 1 {
+			t.Errorf("restarts = %d; want at least 1", n)
+		}
+	})
+	t.Run("write", func(t *testing.T) {
+		release := api.Hold()
+		defer release()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "create_issue", Arguments: map[string]any{"project_id": "1", "title": "once"}})
+			errc <- err
+		}()
+		waitFor(t, func() bool { return api.Issues() == 1 })
+		killAll(t, "server-gitlab")
+		err := <-errc
+		if err == nil || !strings.Contains(err.Error(), "outcome is unknown") {
+			t.Fatalf("write after a kill: %v; want an error saying the outcome is unknown", err)
+		}
+		release()
+		if n := api.Issues(); n != 1 {
+			t.Fatalf("issues created = %d; want 1 (a write is never run again)", n)
+		}
+	})
+}

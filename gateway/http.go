@@ -1,0 +1,446 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/coordd/coordd/coordinator"
+)
+
+// The agents' side is coordd's own Streamable HTTP server, not the SDK's
+// StreamableHTTPHandler: that one serves an mcp.Server, which answers
+// methods it knows itself and refuses the others, and its transport ties
+// a notification to its request's stream only through a context key of
+// its own; a relay must forward every method and send each caller's
+// progress on that caller's stream. It serves POST (one message; a
+// request is answered as JSON, or as an SSE stream when the agent accepts
+// one and asked for progress) and DELETE; GET has no stream to offer
+// (405, as the transport allows).
+
+const (
+	sessionHeader  = "Mcp-Session-Id"
+	versionHeader  = "Mcp-Protocol-Version"
+	maxSessions    = 10000
+	sessionIdle    = 30 * time.Minute
+	listCacheFresh = 5 * time.Second
+)
+
+// Handler serves /mcp/NAME for every server.
+func (g *Gateway) Handler() http.Handler { return http.HandlerFunc(g.serve) }
+
+type session struct {
+	id     string
+	server string
+	tenant string
+	scope  coordinator.Scope
+	cred   cred
+	last   time.Time // guarded by sessions.mu
+
+	mu    sync.Mutex
+	calls map[string]context.CancelFunc // by the agent's request id (JSON)
+	own   *conn                         // the session's own process (processes: 0)
+}
+
+type sessions struct {
+	mu sync.Mutex
+	m  map[string]*session
+}
+
+func (s *sessions) init() { s.m = map[string]*session{} }
+
+func (s *sessions) add(se *session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if len(s.m) >= maxSessions {
+		for id, o := range s.m {
+			if now.Sub(o.last) > sessionIdle {
+				delete(s.m, id)
+				o.end()
+			}
+		}
+		if len(s.m) >= maxSessions {
+			return errors.New("too many sessions; end some (DELETE) or try later")
+		}
+	}
+	se.last = now
+	s.m[se.id] = se
+	return nil
+}
+
+func (s *sessions) get(id string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.m[id]
+	if se != nil {
+		se.last = time.Now()
+	}
+	return se
+}
+
+func (s *sessions) remove(id string) {
+	s.mu.Lock()
+	se := s.m[id]
+	delete(s.m, id)
+	s.mu.Unlock()
+	if se != nil {
+		se.end()
+	}
+}
+
+func (s *sessions) closeAll() {
+	s.mu.Lock()
+	all := s.m
+	s.m = map[string]*session{}
+	s.mu.Unlock()
+	for _, se := range all {
+		se.end()
+	}
+}
+
+func (se *session) end() {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	for _, cancel := range se.calls {
+		cancel()
+	}
+	if se.own != nil {
+		se.own.close()
+		se.own = nil
+	}
+}
+
+// httpError answers a request that never reached a method with a
+// JSON-RPC error and status.
+func httpError(w http.ResponseWriter, status int, code int64, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
+	_, _ = w.Write(b)
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
+	name, _ := strings.CutPrefix(r.URL.Path, "/mcp/")
+	b := g.servers[name]
+	if b == nil {
+		httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, fmt.Sprintf("no MCP server named %.64q; the servers are at /mcp/NAME, one of %s", name, strings.Join(g.order, ", ")))
+		return
+	}
+	if !g.originOK(r) {
+		httpError(w, http.StatusForbidden, jsonrpc.CodeInvalidRequest, "Origin not allowed")
+		return
+	}
+	tenant := ""
+	if g.opt.Authenticate != nil {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if ok {
+			tenant, ok = g.opt.Authenticate(strings.TrimSpace(tok))
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			httpError(w, http.StatusUnauthorized, jsonrpc.CodeInvalidRequest, "a bearer token is required: send it as Authorization: Bearer TOKEN")
+			return
+		}
+	}
+	sc, ok := g.scopes[tenant]
+	if !ok || !slices.Contains(sc.Upstreams, upstreamPrefix+name) {
+		httpError(w, http.StatusForbidden, jsonrpc.CodeInvalidRequest, fmt.Sprintf("tenant %q may not use MCP server %q", tenant, name))
+		return
+	}
+	if v := r.Header.Get(versionHeader); v != "" && !knownVersion(v) {
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, fmt.Sprintf("protocol version %.40q is not one of %s", v, strings.Join(protocolVersions, ", ")))
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		g.post(w, r, b, tenant, sc)
+	case http.MethodDelete:
+		se := g.sessions.get(r.Header.Get(sessionHeader))
+		if se == nil || se.tenant != tenant || se.server != name {
+			httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, "no such session")
+			return
+		}
+		g.sessions.remove(se.id)
+		w.WriteHeader(http.StatusOK)
+	default:
+		w.Header().Set("Allow", "POST, DELETE")
+		httpError(w, http.StatusMethodNotAllowed, jsonrpc.CodeInvalidRequest, "this endpoint takes POST (and DELETE to end a session)")
+	}
+}
+
+// originOK refuses a browser page of another origin (DNS rebinding): an
+// Origin, when sent, must be a loopback one, the request's own host, or
+// one of AllowedOrigins.
+func (g *Gateway) originOK(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	if slices.Contains(g.opt.AllowedOrigins, o) {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if u.Host == r.Host {
+		return true
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			w.Header().Set("Connection", "close")
+			httpError(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the message is over %d bytes", maxBodyBytes))
+			return
+		}
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "reading the message failed")
+		return
+	}
+	if !utf8.Valid(body) {
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "the message is not valid UTF-8")
+		return
+	}
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "batches are not accepted: send one message a request")
+		return
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "not a JSON-RPC 2.0 message")
+		return
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok { // a response: coordd asks agents nothing
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if req.Method == "initialize" {
+		g.initialize(w, r, b, tenant, sc, req)
+		return
+	}
+	id := r.Header.Get(sessionHeader)
+	if id == "" {
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "Mcp-Session-Id is required; initialize first")
+		return
+	}
+	se := g.sessions.get(id)
+	if se == nil || se.tenant != tenant || se.server != b.cfg.Name {
+		httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, "no such session; initialize again")
+		return
+	}
+	if !req.IsCall() {
+		if req.Method == "notifications/cancelled" {
+			var p struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if json.Unmarshal(req.Params, &p) == nil {
+				se.mu.Lock()
+				cancel := se.calls[string(p.RequestID)]
+				se.mu.Unlock()
+				if cancel != nil {
+					cancel()
+				}
+			}
+		}
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	idKey := string(mustJSON(req.ID.Raw()))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	se.mu.Lock()
+	if se.calls == nil {
+		se.calls = map[string]context.CancelFunc{}
+	}
+	se.calls[idKey] = cancel
+	se.mu.Unlock()
+	defer func() {
+		se.mu.Lock()
+		delete(se.calls, idKey)
+		se.mu.Unlock()
+	}()
+	out := newReplier(w, r, req)
+	res, rerr := g.handle(ctx, se, b, req, out.progress)
+	if ctx.Err() != nil && r.Context().Err() == nil {
+		// Cancelled by the agent: no answer is owed (the spec says the
+		// receiver should not answer a cancelled request).
+		out.finish(nil)
+		return
+	}
+	out.finish(&jsonrpc.Response{ID: req.ID, Result: res, Error: rerr})
+}
+
+// initialize opens a session: coordd answers the agent in a version both
+// speak, with the backend's capabilities, server info and instructions.
+func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope, req *jsonrpc.Request) {
+	var p struct {
+		ProtocolVersion string `json:"protocolVersion"`
+	}
+	_ = json.Unmarshal(req.Params, &p)
+	version := protocolVersions[0]
+	if knownVersion(p.ProtocolVersion) {
+		version = p.ProtocolVersion
+	}
+	cr, err := b.scopeCred(sc)
+	if err != nil {
+		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}}, "")
+		return
+	}
+	se := &session{id: rand.Text(), server: b.cfg.Name, tenant: tenant, scope: sc, cred: cr}
+	ctx, cancel := context.WithTimeout(r.Context(), b.cfg.InitTimeout)
+	defer cancel()
+	c, err := b.connFor(ctx, se, nil)
+	if err != nil {
+		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("coordd: MCP server %s is unavailable: %v", b.cfg.Name, err)}}, "")
+		return
+	}
+	var ir map[string]json.RawMessage
+	_ = json.Unmarshal(c.init, &ir)
+	out := map[string]json.RawMessage{"protocolVersion": mustJSON(version)}
+	for _, k := range []string{"capabilities", "serverInfo", "instructions", "_meta"} {
+		if v, ok := ir[k]; ok {
+			out[k] = v
+		}
+	}
+	if _, ok := out["capabilities"]; !ok {
+		out["capabilities"] = json.RawMessage(`{}`)
+	}
+	if err := g.sessions.add(se); err != nil {
+		se.end()
+		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}}, "")
+		return
+	}
+	writeJSON(w, &jsonrpc.Response{ID: req.ID, Result: mustJSON(out)}, se.id)
+}
+
+func writeJSON(w http.ResponseWriter, resp *jsonrpc.Response, sessionID string) {
+	data, err := jsonrpc.EncodeMessage(resp)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, jsonrpc.CodeInternalError, "encoding the answer failed")
+		return
+	}
+	if sessionID != "" {
+		w.Header().Set(sessionHeader, sessionID)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
+
+// replier answers one request: as JSON, or as an SSE stream that carries
+// the caller's progress first when the agent accepts one and asked for
+// progress.
+type replier struct {
+	w     http.ResponseWriter
+	token json.RawMessage // the caller's progress token; nil: none
+	sse   bool
+	mu    sync.Mutex
+	done  bool
+}
+
+func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) *replier {
+	var p struct {
+		Meta struct {
+			Token json.RawMessage `json:"progressToken"`
+		} `json:"_meta"`
+	}
+	_ = json.Unmarshal(req.Params, &p)
+	out := &replier{w: w}
+	if len(p.Meta.Token) > 0 && string(p.Meta.Token) != "null" {
+		out.token = p.Meta.Token
+		out.sse = strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+	}
+	return out
+}
+
+// progress sends a progress notification of the backend's (params with
+// the backend's token) to the caller under its own token.
+func (o *replier) progress(params json.RawMessage) {
+	if o.token == nil || !o.sse {
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(params, &m) != nil {
+		return
+	}
+	m["progressToken"] = o.token
+	data, err := jsonrpc.EncodeMessage(&jsonrpc.Request{Method: "notifications/progress", Params: mustJSON(m)})
+	if err != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return
+	}
+	o.startSSE()
+	o.event(data)
+}
+
+func (o *replier) startSSE() {
+	if o.w.Header().Get("Content-Type") == "text/event-stream" {
+		return
+	}
+	o.w.Header().Set("Content-Type", "text/event-stream")
+	o.w.Header().Set("Cache-Control", "no-cache")
+	o.w.WriteHeader(http.StatusOK)
+}
+
+func (o *replier) event(data []byte) {
+	_, _ = fmt.Fprintf(o.w, "event: message\ndata: %s\n\n", data)
+	if f, ok := o.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// finish sends resp (nil: nothing, the request was cancelled) and ends
+// the answer.
+func (o *replier) finish(resp *jsonrpc.Response) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.done = true
+	if resp == nil {
+		if o.w.Header().Get("Content-Type") != "text/event-stream" {
+			o.w.WriteHeader(http.StatusAccepted)
+		}
+		return
+	}
+	if resp.Error == nil && resp.Result == nil {
+		resp.Result = json.RawMessage(`{}`)
+	}
+	data, err := jsonrpc.EncodeMessage(resp)
+	if err != nil {
+		data, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: resp.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the answer failed"}})
+	}
+	if o.sse {
+		o.startSSE()
+		o.event(data)
+		return
+	}
+	o.w.Header().Set("Content-Type", "application/json")
+	_, _ = o.w.Write(data)
+}

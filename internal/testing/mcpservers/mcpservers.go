@@ -1,0 +1,37 @@
+// Package mcpservers finds the MCP servers from npm that the gateway's
+// tests run behind coordd, installed by `make mcp-servers` under
+// .tools/mcp-servers. A test that needs one fails, naming the target,
+// when it is missing; it skips only under -short, as every test that
+// starts a child process does.
+package mcpservers
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/coordd/coordd/internal/testing/redistest"
+)
+
+// Command returns the command that starts the server installed as bin
+// (such as mcp-server-gitlab), with node first.
+func Command(t testing.TB, bin string) []string {
+	redistest.SkipShort(t)
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	p := filepath.Join(root, ".tools", "mcp-servers", "node_modules", ".bin", bin)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the MCP server %s is not installed at %s: run `make mcp-servers` (make test does)", bin, p)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not on PATH; the MCP servers from npm need it (Debian: apt-get install nodejs)")
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{node, real}
+}
