@@ -33,8 +33,9 @@ type backend struct {
 
 	lists sync.Map // listKey -> *listEntry: tools/list and the like, cached briefly
 
-	executions atomic.Int64 // calls sent to the server, for tests and metrics
-	starts     atomic.Int64 // processes started or sessions opened
+	lastInit   atomic.Pointer[json.RawMessage] // the server's last initialize result
+	executions atomic.Int64                    // calls sent to the server, for tests and metrics
+	starts     atomic.Int64                    // processes started or sessions opened
 }
 
 // cred is a credential scope's secret towards a backend: environment
@@ -159,7 +160,7 @@ func (s *slot) get(ctx context.Context, p *pool, skip *conn) (*conn, error) {
 	if wait := time.Until(s.retryAt); wait > 0 {
 		return nil, fmt.Errorf("%w: %s failed to start; next try in %v", errConnLost, p.b.cfg.Name, wait.Round(time.Millisecond))
 	}
-	c, err := p.b.dial(ctx, p.cred)
+	c, err := p.b.dial(ctx, p.cred, poolCapabilities)
 	if err != nil {
 		s.fails++
 		s.retryAt = time.Now().Add(restartBackoff(s.fails))
@@ -178,8 +179,9 @@ func restartBackoff(n int) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-// dial starts a process or opens a remote session for cr.
-func (b *backend) dial(ctx context.Context, cr cred) (*conn, error) {
+// dial starts a process or opens a remote session for cr, declaring
+// caps to it.
+func (b *backend) dial(ctx context.Context, cr cred, caps json.RawMessage) (*conn, error) {
 	var t mcp.Transport
 	if b.cfg.URL != "" {
 		t = &mcp.StreamableClientTransport{Endpoint: b.cfg.URL, HTTPClient: &http.Client{Transport: &remoteHeaders{cred: cr, next: b.g.httpTransport}}, MaxRetries: -1}
@@ -205,7 +207,7 @@ func (b *backend) dial(ctx context.Context, cr cred) (*conn, error) {
 		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
 	b.starts.Add(1)
-	c, err := dial(b.g.ctx, t, b.cfg.InitTimeout, b.log, func(method string) { b.notified(cr, method) })
+	c, err := dial(b.g.ctx, t, b.cfg.InitTimeout, b.log, caps, func(method string) { b.notified(cr, method) })
 	if err != nil {
 		return nil, err
 	}

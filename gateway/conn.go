@@ -55,7 +55,7 @@ type conn struct {
 
 	next atomic.Int64
 	mu   sync.Mutex
-	pend map[int64]chan *jsonrpc.Response
+	pend map[int64]*pending
 	prog map[string]func(json.RawMessage) // by the progress token coordd sent
 	err  error                            // set once the read loop ends
 	done chan struct{}
@@ -65,22 +65,28 @@ type conn struct {
 	onNotify func(method string)
 }
 
-// dial connects t and initializes the backend within timeout.
-func dial(ctx context.Context, t mcp.Transport, timeout time.Duration, log *slog.Logger, onNotify func(string)) (*conn, error) {
+// poolCapabilities are what coordd declares to a server whose processes
+// agents share: it can pass a sampling or elicitation request to the
+// agent whose call is in progress (and refuses it when there is none).
+var poolCapabilities = json.RawMessage(`{"sampling":{},"elicitation":{}}`)
+
+// dial connects t and initializes the backend within timeout, declaring
+// caps (the client capabilities).
+func dial(ctx context.Context, t mcp.Transport, timeout time.Duration, log *slog.Logger, caps json.RawMessage, onNotify func(string)) (*conn, error) {
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c0, err := t.Connect(ictx)
 	if err != nil {
 		return nil, fmt.Errorf("connecting: %w", err)
 	}
-	c := &conn{c: c0, log: log, pend: map[int64]chan *jsonrpc.Response{}, prog: map[string]func(json.RawMessage){}, done: make(chan struct{}), onNotify: onNotify}
+	c := &conn{c: c0, log: log, pend: map[int64]*pending{}, prog: map[string]func(json.RawMessage){}, done: make(chan struct{}), onNotify: onNotify}
 	go c.readLoop()
 	params, _ := json.Marshal(map[string]any{
 		"protocolVersion": protocolVersions[0],
-		"capabilities":    map[string]any{},
+		"capabilities":    caps,
 		"clientInfo":      map[string]any{"name": "coordd-gateway", "version": "1"},
 	})
-	res, err := c.call(ictx, "initialize", params)
+	res, err := c.call(ictx, "initialize", params, nil)
 	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("initialize: %w", err)
@@ -112,14 +118,14 @@ func (c *conn) readLoop() {
 		case *jsonrpc.Response:
 			id, ok := m.ID.Raw().(int64)
 			c.mu.Lock()
-			ch := c.pend[id]
+			p := c.pend[id]
 			delete(c.pend, id)
 			c.mu.Unlock()
-			if !ok || ch == nil {
+			if !ok || p == nil {
 				c.log.Warn("mcp backend answered an id it was not asked; dropped")
 				continue
 			}
-			ch <- m
+			p.ch <- m
 		case *jsonrpc.Request:
 			c.request(m)
 		}
@@ -129,10 +135,39 @@ func (c *conn) readLoop() {
 	pend := c.pend
 	c.pend = nil
 	c.mu.Unlock()
-	for _, ch := range pend {
-		close(ch)
+	for _, p := range pend {
+		close(p.ch)
 	}
 	close(c.done)
+}
+
+// pending is a call sent to the backend and not yet answered.
+type pending struct {
+	ch   chan *jsonrpc.Response
+	peer peer // nil: no agent to ask
+}
+
+// peer is the agent a call runs for: what the backend sends during the
+// call that is not progress (a log message, a sampling or elicitation
+// request) reaches it.
+type peer interface {
+	notify(m *jsonrpc.Request)
+	ask(ctx context.Context, m *jsonrpc.Request) (json.RawMessage, *jsonrpc.Error)
+}
+
+// peerOf is the agent of the one call in progress: over stdio a
+// backend's message does not say which call it belongs to, so it can be
+// routed only when one call is.
+func (c *conn) peerOf() peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pend) != 1 {
+		return nil
+	}
+	for _, p := range c.pend {
+		return p.peer
+	}
+	return nil
 }
 
 // request handles a message the backend sends unasked.
@@ -151,29 +186,56 @@ func (c *conn) request(m *jsonrpc.Request) {
 					fn(m.Params)
 				}
 			}
-		default:
+		case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
 			if c.onNotify != nil {
 				c.onNotify(m.Method)
+			}
+		default:
+			if p := c.peerOf(); p != nil {
+				p.notify(m)
 			}
 		}
 		return
 	}
-	// A request of the backend's (ping, sampling, elicitation, roots): a
-	// ping is answered; coordd gives the others no client to ask, so the
-	// backend learns that the capability is missing, as it would from a
-	// client that never declared it.
+	// A request of the backend's: a ping is answered; sampling,
+	// elicitation and roots go to the agent whose call is in progress,
+	// and are refused when there is none to ask (as by a client that never
+	// declared the capability).
 	resp := &jsonrpc.Response{ID: m.ID}
 	if m.Method == "ping" {
 		resp.Result = json.RawMessage(`{}`)
-	} else {
-		resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "coordd gateway: " + m.Method + " is not offered to a backend"}
+		_ = c.c.Write(context.Background(), resp)
+		return
 	}
-	_ = c.c.Write(context.Background(), resp)
+	p := c.peerOf()
+	if p == nil {
+		resp.Error = &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "coordd gateway: no single agent to ask " + m.Method}
+		_ = c.c.Write(context.Background(), resp)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		go func() {
+			select {
+			case <-c.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		res, err := p.ask(ctx, m)
+		if err != nil {
+			resp.Error = err
+		} else {
+			resp.Result = res
+		}
+		_ = c.c.Write(context.Background(), resp)
+	}()
 }
 
 // call sends method with params and waits for the answer. When ctx ends
 // first, the backend is told that the request is cancelled.
-func (c *conn) call(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
+func (c *conn) call(ctx context.Context, method string, params json.RawMessage, p peer) (json.RawMessage, error) {
 	n := c.next.Add(1)
 	id, _ := jsonrpc.MakeID(float64(n))
 	ch := make(chan *jsonrpc.Response, 1)
@@ -183,7 +245,7 @@ func (c *conn) call(ctx context.Context, method string, params json.RawMessage) 
 		c.mu.Unlock()
 		return nil, err
 	}
-	c.pend[n] = ch
+	c.pend[n] = &pending{ch: ch, peer: p}
 	c.mu.Unlock()
 	forget := func() {
 		c.mu.Lock()

@@ -113,3 +113,57 @@ func TestProcessKilledMidCall(t *testing.T) {
 		}
 	})
 }
+
+// TestBreaker: a server that cannot start fails calls with a tool error;
+// after failure_threshold failures the breaker, shared by the fleet,
+// opens and fails calls at once without starting the server again; once
+// the server can start, a probe goes through and calls succeed again.
+func TestBreaker(t *testing.T) {
+	api := fakegitlab.Start(t)
+	dir := t.TempDir()
+	starts, ok := filepath.Join(dir, "starts"), filepath.Join(dir, "ok")
+	s := gitlab(t, api, 1, 0)
+	node, script := s.Command[0], s.Command[1]
+	s.Command = []string{"sh", "-c", `echo x >> "$1"; test -f "$2" && exec "$3" "$4"; exit 1`, "sh", starts, ok, node, script}
+	s.Protection.Retry.MaxAttempts = 1
+	s.Protection.Breaker.FailureThreshold = 2
+	s.Protection.Breaker.OpenFor = 500 * time.Millisecond
+	in := fleet(t, 2, []gateway.Server{s}, gateway.Options{})
+	a := agent(t, in[0].url+"/mcp/gitlab", nil)
+	b := agent(t, in[1].url+"/mcp/gitlab", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The agents connected although the server cannot start: initialize
+	// answers with tools alone, and the calls say why they fail.
+	call := func(s *mcp.ClientSession) (string, bool) {
+		r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "get_file_contents", Arguments: map[string]any{"project_id": "1", "file_path": "b.md"}})
+		if err != nil {
+			return err.Error(), false
+		}
+		return text(t, r), !r.IsError
+	}
+	countStarts := func() int {
+		b, _ := os.ReadFile(starts)
+		return strings.Count(string(b), "x")
+	}
+	for range 2 {
+		if msg, ok := call(a); ok || !strings.Contains(msg, "unavailable") {
+			t.Fatalf("call to a server that cannot start: %q; want a tool error saying unavailable", msg)
+		}
+	}
+	before := countStarts()
+	msg, success := call(b) // the other instance: the breaker is the fleet's
+	if success || !strings.Contains(msg, "breaker") {
+		t.Fatalf("call with the breaker open: %q; want a tool error naming the breaker", msg)
+	}
+	if n := countStarts(); n != before {
+		t.Fatalf("the server was started %d times while the breaker was open", n-before)
+	}
+	if err := os.WriteFile(ok, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := call(a); return ok })
+	if _, ok := call(b); !ok {
+		t.Fatalf("the other instance still fails after the probe succeeded")
+	}
+}

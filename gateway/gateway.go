@@ -420,10 +420,11 @@ func (b *backend) run(ctx context.Context, cr cred, method string, params json.R
 	if err != nil {
 		return nil, nil, err
 	}
-	return b.runOn(ctx, c, method, params, progress)
+	return b.runOn(ctx, c, method, params, progress, nil)
 }
 
-func (b *backend) runOn(ctx context.Context, c *conn, method string, params json.RawMessage, progress func(json.RawMessage)) (json.RawMessage, *answer, error) {
+// runOn runs one request on c for p (nil: no agent to ask).
+func (b *backend) runOn(ctx context.Context, c *conn, method string, params json.RawMessage, progress func(json.RawMessage), p peer) (json.RawMessage, *answer, error) {
 	var a *answer
 	if b.cfg.URL != "" {
 		a = &answer{}
@@ -435,7 +436,7 @@ func (b *backend) runOn(ctx context.Context, c *conn, method string, params json
 		params = withProgressToken(params, json.RawMessage(tok))
 	}
 	b.executions.Add(1)
-	res, err := c.call(ctx, method, params)
+	res, err := c.call(ctx, method, params, p)
 	return res, a, err
 }
 

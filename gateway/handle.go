@@ -47,7 +47,7 @@ func (b *backend) connFor(ctx context.Context, se *session, skip *conn) (*conn, 
 	if se.own != nil {
 		b.g.m.restart(b.cfg.Name)
 	}
-	c, err := b.dial(ctx, se.cred)
+	c, err := b.dial(ctx, se.cred, se.caps)
 	if err != nil {
 		return nil, err
 	}
@@ -56,24 +56,29 @@ func (b *backend) connFor(ctx context.Context, se *session, skip *conn) (*conn, 
 }
 
 // handle answers one request of se's agent.
-func (g *Gateway) handle(ctx context.Context, se *session, b *backend, req *jsonrpc.Request, progress func(json.RawMessage)) (json.RawMessage, error) {
+func (g *Gateway) handle(ctx context.Context, se *session, b *backend, req *jsonrpc.Request, out *replier) (json.RawMessage, error) {
 	switch req.Method {
 	case "ping":
 		return json.RawMessage(`{}`), nil
 	case "tools/call":
-		return g.toolCall(ctx, se, b, req.Params, progress)
+		return g.toolCall(ctx, se, b, req.Params, out)
 	case "tools/list", "prompts/list", "resources/list", "resources/templates/list":
 		return b.list(ctx, se, req.Method, req.Params)
 	}
 	// resources/read, prompts/get, completion/complete, logging/setLevel
 	// and methods coordd does not know: forwarded as they are.
-	return b.forward(ctx, se, req.Method, req.Params, progress, true)
+	return b.forward(ctx, se, req.Method, req.Params, out, true)
 }
 
 // forward runs one request on se's connection. A read (retry) that lost
 // its connection runs once more on another; a write that did gets an
 // error that says its outcome is unknown.
-func (b *backend) forward(ctx context.Context, se *session, method string, params json.RawMessage, progress func(json.RawMessage), retry bool) (json.RawMessage, error) {
+func (b *backend) forward(ctx context.Context, se *session, method string, params json.RawMessage, out *replier, retry bool) (json.RawMessage, error) {
+	var progress func(json.RawMessage)
+	var p peer
+	if out != nil {
+		progress, p = out.progress, out
+	}
 	var skip *conn
 	for attempt := 0; ; attempt++ {
 		c, err := b.connFor(ctx, se, skip)
@@ -81,7 +86,7 @@ func (b *backend) forward(ctx context.Context, se *session, method string, param
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("coordd: MCP server %s is unavailable: %v", b.cfg.Name, err)}
 		}
 		cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
-		res, _, err := b.runOn(cctx, c, method, params, progress)
+		res, _, err := b.runOn(cctx, c, method, params, progress, p)
 		cancel()
 		var re rpcError
 		switch {
@@ -176,7 +181,7 @@ func toolError(msg string) json.RawMessage {
 }
 
 // toolCall runs or coalesces one tools/call.
-func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params json.RawMessage, progress func(json.RawMessage)) (json.RawMessage, error) {
+func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params json.RawMessage, out *replier) (json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(params, &m); err != nil || m == nil {
 		return nil, invalidParams("tools/call: params must be an object with name and arguments")
@@ -208,14 +213,14 @@ func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params 
 	g.m.call(b.cfg.Name, name)
 	if !plain || !b.shared() || !b.cfg.coalesces(name, b.cfg.TrustReadOnly && b.readOnly(ctx, se, name)) {
 		// Runs once per call, never retried: it may write.
-		return b.forward(ctx, se, "tools/call", withProgressToken(params, nil), progress, false)
+		return b.forward(ctx, se, "tools/call", withProgressToken(params, nil), out, false)
 	}
 	hash := argsHash(canon)
 	t, err := g.co.ResolveRequest(se.scope, coordinator.Request{URL: callURL(b.cfg.Name, name, hash)})
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 	}
-	defer g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, progress)()
+	defer g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, out.progress)()
 	res, err := g.co.Get(ctx, t, coordinator.GetOptions{})
 	if err != nil {
 		if ctx.Err() != nil {

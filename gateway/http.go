@@ -49,11 +49,47 @@ type session struct {
 	tenant string
 	scope  coordinator.Scope
 	cred   cred
-	last   time.Time // guarded by sessions.mu
+	caps   json.RawMessage // the agent's capabilities, declared to its own process
+	last   time.Time       // guarded by sessions.mu
 
 	mu    sync.Mutex
-	calls map[string]context.CancelFunc // by the agent's request id (JSON)
-	own   *conn                         // the session's own process (processes: 0)
+	calls map[string]context.CancelFunc     // by the agent's request id (JSON)
+	asks  map[string]chan *jsonrpc.Response // backends' requests sent to the agent, by coordd's id
+	seq   int
+	own   *conn // the session's own process (processes: 0)
+}
+
+// expect registers a request sent to the agent under a new id.
+func (se *session) expect() (string, chan *jsonrpc.Response) {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	se.seq++
+	id := fmt.Sprintf("coordd-%d", se.seq)
+	ch := make(chan *jsonrpc.Response, 1)
+	if se.asks == nil {
+		se.asks = map[string]chan *jsonrpc.Response{}
+	}
+	se.asks[id] = ch
+	return id, ch
+}
+
+func (se *session) forget(id string) {
+	se.mu.Lock()
+	delete(se.asks, id)
+	se.mu.Unlock()
+}
+
+// answered routes the agent's answer to the request it answers; an
+// answer to nothing asked is dropped.
+func (se *session) answered(resp *jsonrpc.Response) {
+	id, _ := resp.ID.Raw().(string)
+	se.mu.Lock()
+	ch := se.asks[id]
+	delete(se.asks, id)
+	se.mu.Unlock()
+	if ch != nil {
+		ch <- resp
+	}
 }
 
 type sessions struct {
@@ -234,12 +270,8 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenan
 		httpError(w, http.StatusBadRequest, jsonrpc.CodeParseError, "not a JSON-RPC 2.0 message")
 		return
 	}
-	req, ok := msg.(*jsonrpc.Request)
-	if !ok { // a response: coordd asks agents nothing
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	if req.Method == "initialize" {
+	req, _ := msg.(*jsonrpc.Request)
+	if req != nil && req.Method == "initialize" {
 		g.initialize(w, r, b, tenant, sc, req)
 		return
 	}
@@ -251,6 +283,13 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenan
 	se := g.sessions.get(id)
 	if se == nil || se.tenant != tenant || se.server != b.cfg.Name {
 		httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, "no such session; initialize again")
+		return
+	}
+	if req == nil { // the agent's answer to a request of a backend's
+		if resp, ok := msg.(*jsonrpc.Response); ok {
+			se.answered(resp)
+		}
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	if !req.IsCall() {
@@ -284,8 +323,8 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenan
 		delete(se.calls, idKey)
 		se.mu.Unlock()
 	}()
-	out := newReplier(w, r, req)
-	res, rerr := g.handle(ctx, se, b, req, out.progress)
+	out := newReplier(w, r, req, se)
+	res, rerr := g.handle(ctx, se, b, req, out)
 	if ctx.Err() != nil && r.Context().Err() == nil {
 		// Cancelled by the agent: no answer is owed (the spec says the
 		// receiver should not answer a cancelled request).
@@ -299,9 +338,14 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenan
 // speak, with the backend's capabilities, server info and instructions.
 func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope, req *jsonrpc.Request) {
 	var p struct {
-		ProtocolVersion string `json:"protocolVersion"`
+		ProtocolVersion string          `json:"protocolVersion"`
+		Capabilities    json.RawMessage `json:"capabilities"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
+	caps := p.Capabilities
+	if len(caps) == 0 || caps[0] != '{' {
+		caps = json.RawMessage(`{}`)
+	}
 	version := protocolVersions[0]
 	if knownVersion(p.ProtocolVersion) {
 		version = p.ProtocolVersion
@@ -311,16 +355,25 @@ func (g *Gateway) initialize(w http.ResponseWriter, r *http.Request, b *backend,
 		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}}, "")
 		return
 	}
-	se := &session{id: rand.Text(), server: b.cfg.Name, tenant: tenant, scope: sc, cred: cr}
+	se := &session{id: rand.Text(), server: b.cfg.Name, tenant: tenant, scope: sc, cred: cr, caps: caps}
 	ctx, cancel := context.WithTimeout(r.Context(), b.cfg.InitTimeout)
 	defer cancel()
-	c, err := b.connFor(ctx, se, nil)
-	if err != nil {
-		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("coordd: MCP server %s is unavailable: %v", b.cfg.Name, err)}}, "")
-		return
+	// The backend's own answer when it starts; while it cannot, the last
+	// one it gave, else tools alone: the agent connects, and its calls get
+	// tool errors that say why (and the breaker's fast refusals), which
+	// tell it more than a failed initialize.
+	init := json.RawMessage(`{"capabilities":{"tools":{}},"serverInfo":{"name":` + string(mustJSON(b.cfg.Name)) + `,"version":"unknown"}}`)
+	if c, err := b.connFor(ctx, se, nil); err == nil {
+		init = c.init
+		b.lastInit.Store(&c.init)
+	} else if last := b.lastInit.Load(); last != nil {
+		init = *last
+		b.log.Warn("mcp server unavailable at an agent's initialize; answered with its last capabilities", "server", b.cfg.Name, "err", err)
+	} else {
+		b.log.Warn("mcp server unavailable at an agent's initialize; answered with tools alone", "server", b.cfg.Name, "err", err)
 	}
 	var ir map[string]json.RawMessage
-	_ = json.Unmarshal(c.init, &ir)
+	_ = json.Unmarshal(init, &ir)
 	out := map[string]json.RawMessage{"protocolVersion": mustJSON(version)}
 	for _, k := range []string{"capabilities", "serverInfo", "instructions", "_meta"} {
 		if v, ok := ir[k]; ok {
@@ -351,28 +404,31 @@ func writeJSON(w http.ResponseWriter, resp *jsonrpc.Response, sessionID string) 
 	_, _ = w.Write(data)
 }
 
-// replier answers one request: as JSON, or as an SSE stream that carries
-// the caller's progress first when the agent accepts one and asked for
-// progress.
+// replier answers one request: as JSON, or as an SSE stream (when the
+// agent accepts one) that first carries what the backend sends the agent
+// during the call: its progress under the agent's own token, its log
+// messages, and its requests (sampling, elicitation), whose answers come
+// back in the agent's later POSTs.
 type replier struct {
-	w     http.ResponseWriter
-	token json.RawMessage // the caller's progress token; nil: none
-	sse   bool
-	mu    sync.Mutex
-	done  bool
+	w      http.ResponseWriter
+	se     *session
+	token  json.RawMessage // the caller's progress token; nil: none
+	stream bool            // the agent accepts text/event-stream
+	mu     sync.Mutex
+	sse    bool // the stream has started
+	done   bool
 }
 
-func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) *replier {
+func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, se *session) *replier {
 	var p struct {
 		Meta struct {
 			Token json.RawMessage `json:"progressToken"`
 		} `json:"_meta"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
-	out := &replier{w: w}
+	out := &replier{w: w, se: se, stream: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	if len(p.Meta.Token) > 0 && string(p.Meta.Token) != "null" {
 		out.token = p.Meta.Token
-		out.sse = strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 	}
 	return out
 }
@@ -380,7 +436,7 @@ func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request) *r
 // progress sends a progress notification of the backend's (params with
 // the backend's token) to the caller under its own token.
 func (o *replier) progress(params json.RawMessage) {
-	if o.token == nil || !o.sse {
+	if o.token == nil {
 		return
 	}
 	var m map[string]json.RawMessage
@@ -388,23 +444,65 @@ func (o *replier) progress(params json.RawMessage) {
 		return
 	}
 	m["progressToken"] = o.token
-	data, err := jsonrpc.EncodeMessage(&jsonrpc.Request{Method: "notifications/progress", Params: mustJSON(m)})
+	o.send(&jsonrpc.Request{Method: "notifications/progress", Params: mustJSON(m)})
+}
+
+// notify passes a notification of the backend's to the agent.
+func (o *replier) notify(m *jsonrpc.Request) {
+	o.send(&jsonrpc.Request{Method: m.Method, Params: m.Params})
+}
+
+// ask sends a request of the backend's to the agent under an id of
+// coordd's and waits for its answer.
+func (o *replier) ask(ctx context.Context, m *jsonrpc.Request) (json.RawMessage, *jsonrpc.Error) {
+	if !o.stream {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "coordd gateway: the agent's call takes no event stream, so " + m.Method + " cannot reach it"}
+	}
+	id, ch := o.se.expect()
+	defer o.se.forget(id)
+	rid, _ := jsonrpc.MakeID(id)
+	if !o.send(&jsonrpc.Request{ID: rid, Method: m.Method, Params: m.Params}) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "coordd gateway: the agent's call has ended"}
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			var we *jsonrpc.Error
+			if errors.As(r.Error, &we) {
+				return nil, we
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Error.Error()}
+		}
+		return r.Result, nil
+	case <-ctx.Done():
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "coordd gateway: the agent did not answer " + m.Method}
+	}
+}
+
+// send writes msg on the call's stream; false when it cannot.
+func (o *replier) send(msg *jsonrpc.Request) bool {
+	if !o.stream {
+		return false
+	}
+	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
-		return
+		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.done {
-		return
+		return false
 	}
 	o.startSSE()
 	o.event(data)
+	return true
 }
 
 func (o *replier) startSSE() {
-	if o.w.Header().Get("Content-Type") == "text/event-stream" {
+	if o.sse {
 		return
 	}
+	o.sse = true
 	o.w.Header().Set("Content-Type", "text/event-stream")
 	o.w.Header().Set("Cache-Control", "no-cache")
 	o.w.WriteHeader(http.StatusOK)
@@ -424,7 +522,7 @@ func (o *replier) finish(resp *jsonrpc.Response) {
 	defer o.mu.Unlock()
 	o.done = true
 	if resp == nil {
-		if o.w.Header().Get("Content-Type") != "text/event-stream" {
+		if !o.sse {
 			o.w.WriteHeader(http.StatusAccepted)
 		}
 		return
@@ -437,7 +535,6 @@ func (o *replier) finish(resp *jsonrpc.Response) {
 		data, _ = jsonrpc.EncodeMessage(&jsonrpc.Response{ID: resp.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "encoding the answer failed"}})
 	}
 	if o.sse {
-		o.startSSE()
 		o.event(data)
 		return
 	}

@@ -1,0 +1,196 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/coordd/coordd/gateway"
+	"github.com/coordd/coordd/internal/testing/mcpservers"
+)
+
+// everything is the protocol's reference "everything" server over stdio,
+// its read-only tools coalesced (trust_read_only).
+func everything(t *testing.T) gateway.Server {
+	return gateway.Server{
+		Name:          "everything",
+		Command:       mcpservers.Command(t, "mcp-server-everything"),
+		Processes:     1,
+		TrustReadOnly: true,
+	}
+}
+
+// progressLog records the progress notifications an agent receives.
+type progressLog struct {
+	mu  sync.Mutex
+	got map[any][]float64 // by token
+	ch  chan struct{}
+}
+
+func newProgressLog() *progressLog {
+	return &progressLog{got: map[any][]float64{}, ch: make(chan struct{}, 100)}
+}
+
+func (p *progressLog) handler(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	p.got[req.Params.ProgressToken] = append(p.got[req.Params.ProgressToken], req.Params.Progress)
+	p.mu.Unlock()
+	select {
+	case p.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (p *progressLog) of(tok any) []float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]float64(nil), p.got[tok]...)
+}
+
+func progressAgent(t *testing.T, url string, log *progressLog) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{ProgressNotificationHandler: log.handler})
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func longOp(tok string) *mcp.CallToolParams {
+	p := &mcp.CallToolParams{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 4, "steps": 8}}
+	p.SetProgressToken(tok)
+	return p
+}
+
+// TestProgressPerCaller: two agents share one execution of a read-only
+// tool of the everything server; each receives the server's progress
+// under its own progress token, and the same result.
+func TestProgressPerCaller(t *testing.T) {
+	in := fleet(t, 1, []gateway.Server{everything(t)}, gateway.Options{})
+	la, lb := newProgressLog(), newProgressLog()
+	a := progressAgent(t, in[0].url+"/mcp/everything", la)
+	b := progressAgent(t, in[0].url+"/mcp/everything", lb)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type out struct {
+		r   *mcp.CallToolResult
+		err error
+	}
+	ra, rb := make(chan out, 1), make(chan out, 1)
+	go func() { r, err := a.CallTool(ctx, longOp("token-a")); ra <- out{r, err} }()
+	// B asks once A's execution has reported progress: it joins it.
+	waitFor(t, func() bool { return len(la.of("token-a")) > 0 })
+	go func() { r, err := b.CallTool(ctx, longOp("token-b")); rb <- out{r, err} }()
+	oa, ob := <-ra, <-rb
+	for name, o := range map[string]out{"a": oa, "b": ob} {
+		if o.err != nil || o.r.IsError {
+			t.Fatalf("agent %s: %v %v", name, o.err, o.r)
+		}
+	}
+	if text(t, oa.r) != text(t, ob.r) {
+		t.Fatalf("results differ: %q, %q", text(t, oa.r), text(t, ob.r))
+	}
+	if n := in[0].m.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d; want 1", n)
+	}
+	pa, pb := la.of("token-a"), lb.of("token-b")
+	if len(pa) != 8 || len(pb) == 0 {
+		t.Fatalf("progress: a %v, b %v; want 8 for a and some for b", pa, pb)
+	}
+	if len(la.of("token-b")) > 0 || len(lb.of("token-a")) > 0 {
+		t.Fatalf("an agent got another's progress token")
+	}
+}
+
+// TestCancelDetachesOneCaller: of two agents sharing an execution, the
+// one that cancels (notifications/cancelled) is detached; the other gets
+// the result.
+func TestCancelDetachesOneCaller(t *testing.T) {
+	in := fleet(t, 1, []gateway.Server{everything(t)}, gateway.Options{})
+	la, lb := newProgressLog(), newProgressLog()
+	a := progressAgent(t, in[0].url+"/mcp/everything", la)
+	b := progressAgent(t, in[0].url+"/mcp/everything", lb)
+	actx, acancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	erra := make(chan error, 1)
+	go func() { _, err := a.CallTool(actx, longOp("token-a")); erra <- err }()
+	waitFor(t, func() bool { return len(la.of("token-a")) > 0 })
+	rb := make(chan error, 1)
+	var res *mcp.CallToolResult
+	go func() {
+		r, err := b.CallTool(ctx, longOp("token-b"))
+		if err == nil && r.IsError {
+			err = fmt.Errorf("tool error: %s", text(t, r))
+		}
+		res = r
+		rb <- err
+	}()
+	waitFor(t, func() bool { return len(lb.of("token-b")) > 0 })
+	acancel()
+	if err := <-erra; err == nil {
+		t.Fatalf("the cancelled call returned no error")
+	}
+	if err := <-rb; err != nil {
+		t.Fatalf("the other caller: %v", err)
+	}
+	if res == nil || len(res.Content) == 0 {
+		t.Fatalf("the other caller got no result")
+	}
+	if n := in[0].m.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d; want 1", n)
+	}
+}
+
+// samplingAgent connects an agent that answers sampling requests with
+// its own name, counting them.
+func samplingAgent(t *testing.T, url, name string, asked *atomic.Int64) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			asked.Add(1)
+			return &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: "sampled by " + name}, Model: "model-of-" + name, Role: "assistant"}, nil
+		},
+	})
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSamplingReachesItsAgent: the everything server asks for sampling
+// during a call (trigger-sampling-request); the request reaches the agent
+// whose call it is, over that call's stream, and the answer goes back to
+// the server. Two agents with processes of their own each get their own.
+func TestSamplingReachesItsAgent(t *testing.T) {
+	s := everything(t)
+	s.Processes, s.TrustReadOnly = 0, false // one process per agent session
+	in := fleet(t, 1, []gateway.Server{s}, gateway.Options{})
+	var askedA, askedB atomic.Int64
+	a := samplingAgent(t, in[0].url+"/mcp/everything", "agent-a", &askedA)
+	b := samplingAgent(t, in[0].url+"/mcp/everything", "agent-b", &askedB)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for name, sess := range map[string]*mcp.ClientSession{"agent-a": a, "agent-b": b} {
+		r, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "hi"}})
+		if err != nil || r.IsError {
+			t.Fatalf("%s: %v %v", name, err, r)
+		}
+		if got := text(t, r); !strings.Contains(got, "sampled by "+name) {
+			t.Fatalf("%s got %q; want its own sampling answer", name, got)
+		}
+	}
+	if askedA.Load() != 1 || askedB.Load() != 1 {
+		t.Fatalf("sampling requests: a %d, b %d; want 1 each", askedA.Load(), askedB.Load())
+	}
+}
