@@ -177,6 +177,10 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, fmt.Sprintf("no MCP server named %.64q; the servers are at /mcp/NAME, one of %s", name, strings.Join(g.order, ", ")))
 		return
 	}
+	if !hostOK(r) {
+		httpError(w, http.StatusForbidden, jsonrpc.CodeInvalidRequest, fmt.Sprintf("Host %.100q is not a loopback name, and this listener is on loopback (DNS rebinding)", r.Host))
+		return
+	}
 	if !g.originOK(r) {
 		httpError(w, http.StatusForbidden, jsonrpc.CodeInvalidRequest, "Origin not allowed")
 		return
@@ -219,6 +223,30 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// hostOK refuses, on a loopback listener, a Host that is not a loopback
+// name: a page of another site whose name was rebound to 127.0.0.1 (as
+// the SDK's own handler does).
+func hostOK(r *http.Request) bool {
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok || la == nil || !loopback(la.String()) {
+		return true
+	}
+	return loopback(r.Host)
+}
+
+// loopback reports whether addr (host or host:port) names this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // originOK refuses a browser page of another origin (DNS rebinding): an
 // Origin, when sent, must be a loopback one, the request's own host, or
 // one of AllowedOrigins.
@@ -234,15 +262,7 @@ func (g *Gateway) originOK(r *http.Request) bool {
 	if err != nil || u.Host == "" {
 		return false
 	}
-	if u.Host == r.Host {
-		return true
-	}
-	h := u.Hostname()
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+	return u.Host == r.Host || loopback(u.Host)
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope) {
