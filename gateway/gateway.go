@@ -183,6 +183,9 @@ func New(servers []Server, opt Options) (*Gateway, error) {
 	return g, nil
 }
 
+// SetMetrics makes m observe the gateway. Call it before serving.
+func (g *Gateway) SetMetrics(m Metrics) { g.m = orNop(m) }
+
 // Names returns the servers' names, in configuration order.
 func (g *Gateway) Names() []string { return append([]string(nil), g.order...) }
 

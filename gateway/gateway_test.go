@@ -32,12 +32,12 @@ type counts struct {
 
 func newCounts() *counts { return &counts{processes: map[string]int{}, peak: map[string]int{}} }
 
-func (c *counts) Call(string, string)           { c.calls.Add(1) }
-func (c *counts) Execution(string, string)      { c.executions.Add(1) }
-func (c *counts) Served(string, string, string) {}
-func (c *counts) Retry(string)                  { c.retries.Add(1) }
-func (c *counts) Restart(string)                { c.restarts.Add(1) }
-func (c *counts) Processes(s string, d int) {
+func (c *counts) MCPCall(string, string)           { c.calls.Add(1) }
+func (c *counts) MCPExecution(string, string)      { c.executions.Add(1) }
+func (c *counts) MCPServed(string, string, string) {}
+func (c *counts) MCPRetry(string)                  { c.retries.Add(1) }
+func (c *counts) MCPRestart(string)                { c.restarts.Add(1) }
+func (c *counts) MCPProcesses(s string, d int) {
 	c.mu.Lock()
 	c.processes[s] += d
 	c.peak[s] = max(c.peak[s], c.processes[s])

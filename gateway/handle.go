@@ -170,6 +170,9 @@ func (b *backend) readOnly(ctx context.Context, se *session, tool string) bool {
 	return false
 }
 
+// otherTool is the tool label of calls not coalesced (see Metrics).
+const otherTool = "other"
+
 func invalidParams(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf(format, args...)}
 }
@@ -210,11 +213,12 @@ func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params 
 			plain = false
 		}
 	}
-	g.m.call(b.cfg.Name, name)
 	if !plain || !b.shared() || !b.cfg.coalesces(name, b.cfg.TrustReadOnly && b.readOnly(ctx, se, name)) {
 		// Runs once per call, never retried: it may write.
+		g.m.call(b.cfg.Name, otherTool)
 		return b.forward(ctx, se, "tools/call", withProgressToken(params, nil), out, false)
 	}
+	g.m.call(b.cfg.Name, name)
 	hash := argsHash(canon)
 	t, err := g.co.ResolveRequest(se.scope, coordinator.Request{URL: callURL(b.cfg.Name, name, hash)})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/gateway"
 	"github.com/coordd/coordd/internal/upstream"
 	"github.com/coordd/coordd/server"
+	"github.com/coordd/coordd/server/statuspage"
 )
 
 // tenantCredential is one entry of a tenant's credentials: an upstream's
@@ -117,4 +118,20 @@ func (fc *fileConfig) newGateway(log *slog.Logger) (*gateway.Gateway, error) {
 		return nil, errors.Join(errs...)
 	}
 	return gw, nil
+}
+
+// gatewayStatus is the status page's view of gw.
+func gatewayStatus(gw *gateway.Gateway) func() []statuspage.MCPServerView {
+	return func() []statuspage.MCPServerView {
+		var out []statuspage.MCPServerView
+		for _, s := range gw.Status() {
+			v := statuspage.MCPServerView{Name: s.Name, Transport: s.Transport, Target: s.Target, Shared: s.Shared, Coalesce: s.Coalesce,
+				TrustReadOnly: s.TrustRO, TTLSeconds: s.TTL, Sessions: s.Sessions, Executions: s.Calls, Pools: []statuspage.MCPPoolView{}}
+			for _, p := range s.Pools {
+				v.Pools = append(v.Pools, statuspage.MCPPoolView{Scope: p.Scope, Live: p.Live, Size: p.Size})
+			}
+			out = append(out, v)
+		}
+		return out
+	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,9 +57,11 @@ func TestGatewayFromConfig(t *testing.T) {
 	t.Setenv("OPERATOR_GITLAB_TOKEN", "glpat-operator-0123456789")
 	t.Setenv("GATEWAY_SCOPE_KEY", "gateway-scope-key-0123456789")
 	dir := t.TempDir()
-	addr, maddr := freeAddr(t), freeAddr(t)
+	addr, maddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf(`listen: %s
 mcp_listen: %s
+metrics_listen: %s
+metrics_auth: {tokens: [gateway-metrics-token-0123456789]}
 redis: %s
 log_level: debug
 credential_scope_key_env: GATEWAY_SCOPE_KEY
@@ -75,7 +79,7 @@ tenants:
     mcp_servers: [gitlab]
     credentials:
       gitlab: {GITLAB_PERSONAL_ACCESS_TOKEN: {value_env: TEAM_A_GITLAB_TOKEN}}
-`, addr, maddr, rs.URL(), gitlabCmd[0], gitlabCmd[1], api.URL, tenantA)
+`, addr, maddr, metricsAddr, rs.URL(), gitlabCmd[0], gitlabCmd[1], api.URL, tenantA)
 	path := filepath.Join(dir, "coordd.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -161,6 +165,44 @@ tenants:
 		t.Fatalf("gRPC GetOrFetch of a gateway url: %v; want a refusal", err)
 	}
 
+	// The metrics and the status page count the calls and show the pools.
+	scrape := func(path string) string {
+		req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://"+metricsAddr+path, nil)
+		req.Header.Set("Authorization", "Bearer gateway-metrics-token-0123456789")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	metrics, page := scrape("/metrics"), scrape("/status.json")
+	for _, want := range []string{
+		`coordd_mcp_calls_total{server="gitlab",tool="get_file_contents"} 3`,
+		`coordd_mcp_executions_total{server="gitlab",tool="get_file_contents"} 1`,
+		`coordd_mcp_served_total{server="gitlab",source="l1",tool="get_file_contents"} 2`,
+		`coordd_mcp_processes{server="gitlab"} 2`, // initialize, tools/list and the call went round the pool
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var st struct {
+		MCP []struct {
+			Name  string `json:"name"`
+			Pools []struct {
+				Scope      string `json:"scope"`
+				Live, Size int
+			} `json:"pools"`
+		} `json:"mcp_servers"`
+	}
+	if err := json.Unmarshal([]byte(page), &st); err != nil || len(st.MCP) != 1 || st.MCP[0].Name != "gitlab" || len(st.MCP[0].Pools) != 1 || st.MCP[0].Pools[0].Live != 2 || st.MCP[0].Pools[0].Size != 2 {
+		t.Errorf("/status.json's mcp_servers = %+v (%v); want gitlab with team-a's pool, 2 of 2 live", st.MCP, err)
+	}
 	// Where the canary must not be.
 	// The tenant's environment travels inside the process as base64 JSON
 	// (gateway's envHeader): that form must not leak either.
@@ -186,6 +228,8 @@ tenants:
 		t.Errorf("run: %v", err)
 	}
 	done <- nil
+	look("/metrics", metrics)
+	look("/status.json", page)
 	for _, f := range []string{"coordd.log", "check.out"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {

@@ -410,6 +410,11 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	defer c.Close()
 	if gw != nil {
 		gw.Bind(c)
+		if ms != nil {
+			gw.SetMetrics(ms.reg)
+			ms.reg.MCPServers(gw.Names())
+			ms.mcp = gatewayStatus(gw)
+		}
 	}
 	lis, err := net.Listen("tcp", fc.Listen)
 	if err != nil {

@@ -52,6 +52,7 @@ type metricsServer struct {
 	srv    *http.Server
 	tokens []string // metrics_auth's; none: open
 	pprof  bool
+	mcp    func() []statuspage.MCPServerView // the MCP gateway's servers; nil: none
 }
 
 // checkMetrics checks fc's metrics settings, binding nothing, and returns
@@ -88,7 +89,11 @@ func listenMetrics(fc fileConfig) (*metricsServer, error) {
 func (m *metricsServer) handler(c *coordinator.Coordinator, instance string, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.reg.Handler())
-	page := statuspage.Handler(c, instance, log)
+	var opts []statuspage.Option
+	if m.mcp != nil {
+		opts = append(opts, statuspage.WithMCPServers(m.mcp))
+	}
+	page := statuspage.Handler(c, instance, log, opts...)
 	mux.Handle(statuspage.PagePath, page)
 	mux.Handle(statuspage.JSONPath, page)
 	mux.Handle(clearQuotasPath, clearQuotas(c, log))

@@ -55,6 +55,12 @@ type Registry struct {
 	redisTransitions *prometheus.CounterVec // to
 	httpRequests     *prometheus.CounterVec // code, method: the HTTP door's calls
 	httpDuration     *prometheus.HistogramVec
+	mcpCalls         *prometheus.CounterVec // server, tool
+	mcpExecutions    *prometheus.CounterVec // server, tool
+	mcpServed        *prometheus.CounterVec // server, tool, source
+	mcpRetries       *prometheus.CounterVec // server
+	mcpProcesses     *prometheus.GaugeVec   // server
+	mcpRestarts      *prometheus.CounterVec // server
 }
 
 var _ coordinator.Metrics = (*Registry)(nil)
@@ -122,6 +128,13 @@ func New() *Registry {
 			Help:    "Time to answer a call to the HTTP door, body included.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"code", "method"}),
+		mcpCalls:      counter("coordd_mcp_calls_total", "tools/call requests to the MCP gateway, by server and tool (the tool's name for a tool allowed to coalesce, other for the rest).", "server", "tool"),
+		mcpExecutions: counter("coordd_mcp_executions_total", "Coalesced tool calls run on the server by this instance: calls less executions, summed over the fleet, are the calls coalesced or served from the cache.", "server", "tool"),
+		mcpServed:     counter("coordd_mcp_served_total", "Coalesced tool calls answered, by source: l1, l2 (kept, or another instance's execution), upstream (an execution of this instance's).", "server", "tool", "source"),
+		mcpRetries:    counter("coordd_mcp_retries_total", "Calls the gateway ran again after their connection to the server was lost.", "server"),
+		mcpProcesses: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_mcp_processes",
+			Help: "Live processes of a stdio MCP server (sessions with a remote one) on this instance."}, []string{"server"}),
+		mcpRestarts: counter("coordd_mcp_restarts_total", "Processes (or remote sessions) started again after one ended.", "server"),
 	}
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -130,6 +143,7 @@ func New() *Registry {
 		r.requests, r.followers, r.followerLag, r.upstream, r.fetches, r.retries, r.transitions, r.rejected,
 		r.rateWait, r.rateRefused, r.quotaRemaining, r.quotaLimit, r.quotaReset, r.quotaIgnored, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
 		r.httpRequests, r.httpDuration,
+		r.mcpCalls, r.mcpExecutions, r.mcpServed, r.mcpRetries, r.mcpProcesses, r.mcpRestarts,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
 	for _, v := range sources {
@@ -151,6 +165,41 @@ func New() *Registry {
 		r.redisTransitions.WithLabelValues(v)
 	}
 	return r
+}
+
+// MCPCall counts a tools/call to the gateway (gateway.Metrics).
+func (r *Registry) MCPCall(server, tool string) { r.mcpCalls.WithLabelValues(server, tool).Inc() }
+
+// MCPExecution counts a coalesced call run on its server.
+func (r *Registry) MCPExecution(server, tool string) {
+	r.mcpExecutions.WithLabelValues(server, tool).Inc()
+}
+
+// MCPServed counts a coalesced call answered, by source.
+func (r *Registry) MCPServed(server, tool, source string) {
+	r.mcpServed.WithLabelValues(server, tool, source).Inc()
+}
+
+// MCPRetry counts a call run again after a lost connection.
+func (r *Registry) MCPRetry(server string) { r.mcpRetries.WithLabelValues(server).Inc() }
+
+// MCPProcesses adds delta to a server's live processes.
+func (r *Registry) MCPProcesses(server string, delta int) {
+	r.mcpProcesses.WithLabelValues(server).Add(float64(delta))
+}
+
+// MCPRestart counts a process started again.
+func (r *Registry) MCPRestart(server string) { r.mcpRestarts.WithLabelValues(server).Inc() }
+
+// MCPServers exports the gateway's series of servers at 0 from the
+// start, so that rate() and the alerts see the first increase.
+func (r *Registry) MCPServers(names []string) {
+	for _, n := range names {
+		r.mcpRetries.WithLabelValues(n)
+		r.mcpProcesses.WithLabelValues(n)
+		r.mcpRestarts.WithLabelValues(n)
+		r.mcpCalls.WithLabelValues(n, "other")
+	}
 }
 
 // ServerOptions returns the options that make a gRPC server record

@@ -48,8 +48,11 @@ const readTimeout = 2 * time.Second
 // Handler serves PagePath and JSONPath from src. instance names the
 // instance in the page's title (its gRPC address, say); log receives
 // rendering errors.
-func Handler(src Source, instance string, log *slog.Logger) http.Handler {
+func Handler(src Source, instance string, log *slog.Logger, opts ...Option) http.Handler {
 	h := &handler{src: src, instance: instance, log: log}
+	for _, o := range opts {
+		o(h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PagePath, h.page)
 	mux.HandleFunc("GET "+JSONPath, h.json)
@@ -60,12 +63,25 @@ type handler struct {
 	src      Source
 	instance string
 	log      *slog.Logger
+	mcp      func() []MCPServerView
+}
+
+// Option adds to what the page shows.
+type Option func(*handler)
+
+// WithMCPServers shows the MCP gateway's servers and pools, from servers.
+func WithMCPServers(servers func() []MCPServerView) Option {
+	return func(h *handler) { h.mcp = servers }
 }
 
 func (h *handler) view(r *http.Request) View {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	return NewView(h.src.Status(ctx), h.instance)
+	v := NewView(h.src.Status(ctx), h.instance)
+	if h.mcp != nil {
+		v.MCPServers = h.mcp()
+	}
+	return v
 }
 
 // security headers: everything is inline and same-origin.
@@ -109,6 +125,30 @@ type View struct {
 	L1        L1View         `json:"l1"`
 	Windows   []WindowView   `json:"windows"`
 	Tenants   []TenantView   `json:"tenants"`
+	// MCPServers are the MCP gateway's servers (WithMCPServers); empty
+	// without a gateway.
+	MCPServers []MCPServerView `json:"mcp_servers"`
+}
+
+// MCPServerView is one server of the MCP gateway, on this instance.
+type MCPServerView struct {
+	Name          string        `json:"name"`
+	Transport     string        `json:"transport"` // stdio or remote
+	Target        string        `json:"target"`    // the program, or the url
+	Shared        bool          `json:"shared"`    // a pool per credential scope; false: a process per agent session
+	Coalesce      []string      `json:"coalesce"`
+	TrustReadOnly bool          `json:"trust_read_only"`
+	TTLSeconds    float64       `json:"ttl_seconds"`
+	Sessions      int           `json:"sessions"`
+	Executions    int64         `json:"executions"` // calls run on the server
+	Pools         []MCPPoolView `json:"pools"`
+}
+
+// MCPPoolView is one credential scope's processes (or remote session).
+type MCPPoolView struct {
+	Scope string `json:"scope"`
+	Live  int    `json:"live"`
+	Size  int    `json:"size"`
 }
 
 // FlightView is a flight in progress (coordinator.FlightStatus).
@@ -220,13 +260,14 @@ func shorten(s string) string {
 // NewView turns a coordinator.Status into the page's data.
 func NewView(s coordinator.Status, instance string) View {
 	v := View{
-		Instance:  instance,
-		Now:       s.Now,
-		Flights:   []FlightView{},
-		Upstreams: []UpstreamView{},
-		Windows:   []WindowView{},
-		Tenants:   []TenantView{},
-		Redis:     RedisView{Mode: s.Redis.Mode, Healthy: s.Redis.Healthy, Downs: s.Redis.Downs},
+		Instance:   instance,
+		Now:        s.Now,
+		Flights:    []FlightView{},
+		Upstreams:  []UpstreamView{},
+		MCPServers: []MCPServerView{},
+		Windows:    []WindowView{},
+		Tenants:    []TenantView{},
+		Redis:      RedisView{Mode: s.Redis.Mode, Healthy: s.Redis.Healthy, Downs: s.Redis.Downs},
 		L1: L1View{
 			Bytes: s.L1.Bytes, MaxBytes: s.L1.MaxBytes, DocumentBytes: s.L1.DocumentBytes, Entries: s.L1.Entries,
 			Evicted: s.L1.Evicted, Expired: s.L1.Expired,
