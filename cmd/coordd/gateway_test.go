@@ -238,3 +238,41 @@ tenants:
 		look(f, string(b))
 	}
 }
+
+// TestGatewayDocExample: the configuration docs/gateway.md opens with,
+// as written, with the variables it names set, passes --check-config;
+// and its rate written 20/s is 20 a second.
+func TestGatewayDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i := strings.Index(s, "```yaml\n")
+	j := strings.Index(s[i+8:], "```")
+	if i < 0 || j < 0 {
+		t.Fatal("docs/gateway.md has no yaml block")
+	}
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	if err := os.WriteFile(path, []byte(s[i+8:i+8+j]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"GITHUB_TOKEN": "ghp_doc", "DOCS_MCP_TOKEN": "Bearer doc", "TEAM_A_TOKENS": "team-a-token-0123456789abcdef", "TEAM_A_GITHUB_TOKEN": "ghp_team_a"} {
+		t.Setenv(k, v)
+	}
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := run(context.Background(), []string{"--config", path, "--check-config"}, out); err != nil {
+		t.Fatalf("docs/gateway.md's configuration: %v", err)
+	}
+	fc, err := loadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fc.MCPServers[1].Protection.RateLimit; got != 20 {
+		t.Fatalf("rate_limit: 20/s decoded as %d", got)
+	}
+}

@@ -29,9 +29,33 @@ func decodeYAML(src []byte, v any) []error {
 	if len(doc.Content) == 0 {
 		return nil // empty: every default
 	}
+	perSecond(doc.Content[0], map[*yaml.Node]bool{})
 	d := &yamlDecoder{expanding: map[*yaml.Node]bool{}}
 	d.decode(doc.Content[0], reflect.ValueOf(v).Elem(), "")
 	return d.errs
+}
+
+// perSecond lets a rate be written with its unit: rate_limit: 20/s (and
+// degraded_rate_limit) is 20 requests a second, as docs/gateway.md writes
+// it; the fields themselves are integers per second.
+func perSecond(n *yaml.Node, seen map[*yaml.Node]bool) {
+	if seen[n] {
+		return
+	}
+	seen[n] = true
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if (k.Value == "rate_limit" || k.Value == "degraded_rate_limit") && v.Kind == yaml.ScalarNode {
+				if num, ok := strings.CutSuffix(v.Value, "/s"); ok && num != "" && strings.Trim(num, "-0123456789") == "" {
+					v.Value, v.Tag, v.Style = num, "!!int", 0
+				}
+			}
+		}
+	}
+	for _, c := range n.Content {
+		perSecond(c, seen)
+	}
 }
 
 func (d *yamlDecoder) fail(n *yaml.Node, path, format string, args ...any) {
