@@ -296,6 +296,13 @@ func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenan
 		return
 	}
 	id := r.Header.Get(sessionHeader)
+	if id == "" && req != nil && req.IsCall() && req.Method == "server/discover" {
+		// The stateless discovery of protocol 2026-07-28 (SEP-2575): coordd
+		// speaks the versions with sessions, and a client falls back to
+		// initialize on this error.
+		writeJSON(w, &jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "server/discover is not offered: initialize (protocol " + protocolVersions[0] + " or older)"}}, "")
+		return
+	}
 	if id == "" {
 		httpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "Mcp-Session-Id is required; initialize first")
 		return

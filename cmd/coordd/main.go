@@ -325,6 +325,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 // runHurried is run whose drain stops at once when hurry ends: the rest
 // of the delay is skipped and the calls in flight are cut.
 func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) error {
+	if len(args) > 0 && args[0] == "mcp" {
+		return runMCP(ctx, args[1:], os.Stdin, os.Stdout, stderr)
+	}
 	o, err := parseArgs(args, stderr)
 	var ue *usageError
 	if errors.As(err, &ue) {
