@@ -156,6 +156,11 @@ func TestBreaker(t *testing.T) {
 	if success || !strings.Contains(msg, "breaker") {
 		t.Fatalf("call with the breaker open: %q; want a tool error naming the breaker", msg)
 	}
+	// A write is refused by the open breaker too, before any process.
+	r, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "create_issue", Arguments: map[string]any{"project_id": "1", "title": "t"}})
+	if err != nil || !r.IsError || !strings.Contains(text(t, r), "breaker") {
+		t.Fatalf("a write with the breaker open: %v %v; want a tool error naming the breaker", err, r)
+	}
 	if n := countStarts(); n != before {
 		t.Fatalf("the server was started %d times while the breaker was open", n-before)
 	}

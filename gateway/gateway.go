@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/secret"
 	"github.com/coordd/coordd/internal/upstream"
@@ -207,6 +209,9 @@ func (g *Gateway) Upstreams() []coordinator.Upstream {
 		if u.TTL == 0 {
 			u.TTL = time.Second // unused: every answer says no-store (RoundTrip)
 		}
+		if u.Protection.RateLimit == 0 {
+			u.Protection.RateLimit = -1 // an MCP server has no rate limit unless set
+		}
 		if s.URL == "" {
 			u.Credential = nil
 		}
@@ -261,6 +266,9 @@ type callKey struct{ server, tool, hash, cred string }
 // progress sinks.
 type pendingCall struct {
 	args json.RawMessage
+	// once is set for a call that runs once (not coalesced): its own
+	// params, its agent's session and stream, and its caller's context.
+	once *onceCall
 	mu   sync.Mutex
 	refs int
 	sink map[int]func(json.RawMessage)
@@ -281,9 +289,9 @@ func (p *pendingCall) progress(params json.RawMessage) {
 
 // register makes the caller a waiter of k, with its progress sink (nil:
 // none); the returned function ends that.
-func (g *Gateway) register(k callKey, args json.RawMessage, sink func(json.RawMessage)) func() {
+func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, sink func(json.RawMessage)) func() {
 	for {
-		v, _ := g.calls.LoadOrStore(k, &pendingCall{args: args, sink: map[int]func(json.RawMessage){}})
+		v, _ := g.calls.LoadOrStore(k, &pendingCall{args: args, once: once, sink: map[int]func(json.RawMessage){}})
 		p := v.(*pendingCall)
 		p.mu.Lock()
 		if p.refs < 0 { // being removed
@@ -311,6 +319,15 @@ func (g *Gateway) register(k callKey, args json.RawMessage, sink func(json.RawMe
 			}
 		}
 	}
+}
+
+// onceCall is a call that runs once, for one caller, through the
+// server's guard.
+type onceCall struct {
+	params json.RawMessage // as the agent sent them, progress token aside
+	se     *session
+	out    *replier
+	ctx    context.Context // the caller's: the call is cancelled with it
 }
 
 // argsHash names canonical arguments in a call's url.
@@ -355,6 +372,9 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return answerOf(req, http.StatusBadRequest, "no-store", []byte(`{"code":-32603,"message":"no caller of this call is waiting on this instance"}`)), nil
 	}
 	pc := v.(*pendingCall)
+	if pc.once != nil {
+		return b.runOnce(req, pc.once)
+	}
 	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": pc.args})
 	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, pc.progress)
 	g.m.execution(name, tool)
@@ -384,6 +404,44 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	return nil, err
+}
+
+// runOnce runs a call that is not coalesced, once: the guard admitted
+// it (breaker, rate limit, slots). A failure before the call reached the
+// server (no process could start) is a transport error, retried and
+// counted by the breaker; once it reached the server, a lost connection
+// or an internal error makes its outcome unknown, and it is answered as
+// such, never run again. A remote server's 429 refused it unrun: waited
+// out and retried.
+func (b *backend) runOnce(req *http.Request, oc *onceCall) (*http.Response, error) {
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	stop := context.AfterFunc(oc.ctx, cancel) // the caller left: cancel the call
+	defer stop()
+	c, err := b.connFor(ctx, oc.se, nil)
+	if err != nil {
+		return nil, err
+	}
+	res, hdr, err := b.runOn(ctx, c, "tools/call", oc.params, oc.out.progress, oc.out)
+	var re rpcError
+	switch {
+	case err == nil:
+		resp := answerOf(req, http.StatusOK, "no-store", res)
+		copyQuotaHeaders(resp.Header, hdr)
+		return resp, nil
+	case hdr != nil && hdr.status == http.StatusTooManyRequests:
+		resp := answerOf(req, hdr.status, "no-store", []byte(`{"code":-32603,"message":"the server answered 429"}`))
+		copyQuotaHeaders(resp.Header, hdr)
+		return resp, nil
+	case errors.As(err, &re) && re.e.Code != jsonrpc.CodeInternalError:
+		body, _ := json.Marshal(re.e)
+		return answerOf(req, http.StatusUnprocessableEntity, "no-store", body), nil
+	case oc.ctx.Err() != nil:
+		return answerOf(req, http.StatusUnprocessableEntity, "no-store", []byte(`{"code":-32603,"message":"cancelled"}`)), nil
+	}
+	msg := fmt.Sprintf("coordd: the call reached MCP server %s and then failed (%v); its outcome is unknown (it may or may not have run), so it is not run again", b.cfg.Name, err)
+	body, _ := json.Marshal(&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg})
+	return answerOf(req, http.StatusUnprocessableEntity, "no-store", body), nil
 }
 
 func copyQuotaHeaders(dst http.Header, a *answer) {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -170,6 +171,10 @@ func (b *backend) readOnly(ctx context.Context, se *session, tool string) bool {
 	return false
 }
 
+// onceMark starts the key of a call that runs once (callURL's hash):
+// never the hex of a SHA-256.
+const onceMark = "once-"
+
 // otherTool is the tool label of calls not coalesced (see Metrics).
 const otherTool = "other"
 
@@ -213,18 +218,28 @@ func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params 
 			plain = false
 		}
 	}
-	if !plain || !b.shared() || !b.cfg.coalesces(name, b.cfg.TrustReadOnly && b.readOnly(ctx, se, name)) {
-		// Runs once per call, never retried: it may write.
+	coalesced := plain && b.shared() && b.cfg.coalesces(name, b.cfg.TrustReadOnly && b.readOnly(ctx, se, name))
+	var once *onceCall
+	hash := ""
+	if coalesced {
+		g.m.call(b.cfg.Name, name)
+		hash = argsHash(canon)
+	} else {
+		// Runs once per call, through the server's guard, never run again
+		// once it reached the server: it may write. Its key is its own.
 		g.m.call(b.cfg.Name, otherTool)
-		return b.forward(ctx, se, "tools/call", withProgressToken(params, nil), out, false)
+		once = &onceCall{params: withProgressToken(params, nil), se: se, out: out, ctx: ctx}
+		hash = onceMark + rand.Text()
 	}
-	g.m.call(b.cfg.Name, name)
-	hash := argsHash(canon)
 	t, err := g.co.ResolveRequest(se.scope, coordinator.Request{URL: callURL(b.cfg.Name, name, hash)})
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 	}
-	defer g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, out.progress)()
+	sink := out.progress
+	if once != nil {
+		sink = nil // the call's own stream carries its progress (runOnce)
+	}
+	defer g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, once, sink)()
 	res, err := g.co.Get(ctx, t, coordinator.GetOptions{})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -232,7 +247,9 @@ func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params 
 		}
 		return toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed: %v", name, b.cfg.Name, err)), nil
 	}
-	g.m.served(b.cfg.Name, name, res.Source.String())
+	if coalesced {
+		g.m.served(b.cfg.Name, name, res.Source.String())
+	}
 	switch d := res.Doc; d.StatusCode {
 	case http.StatusOK:
 		return d.Body, nil
