@@ -373,7 +373,7 @@ bench: deps
 # (bench/*.png). `go -C cmd/coordbench run . --quick` prints the same
 # table but the quota benchmark's in under a minute; `--quota --quick`
 # prints that one alone in under a minute.
-report: deps
+report: deps mcp-servers
 	$(GO) -C $(BENCH_MODULE) run . --report ../../bench/REPORT.md
 
 # soak repeats the concurrency and fault tests many times under -race.

@@ -7,6 +7,7 @@
 //	coordbench --cold [--quick]
 //	coordbench --quota [--quick]
 //	coordbench --warm [--quick] [--cpuprofile FILE]
+//	coordbench --gateway [--quick]
 //
 // It starts everything it measures itself, on loopback only: a private
 // redis-server on a free port (through internal/testing/redistest), a local
@@ -34,6 +35,12 @@
 // the floor and the polling baseline on one instance each, in slices
 // taken in turn; with --quick in seconds, to iterate on the hot path
 // (--cpuprofile profiles it).
+// --gateway runs only the MCP gateway benchmark (gateway.go): agents
+// calling the reference GitLab MCP server (npm; `make mcp-servers`) each
+// with its own process, through three gateways each with its own cache,
+// and through coordd's gateway on three instances sharing a Redis; then a
+// cached call's latency and throughput against a bare Streamable HTTP
+// server answering a constant tool.
 // --quota runs only the quota benchmark (quota.go): three coordd
 // instances, two tenants with a credential each, against a fake API with
 // GitHub's rate limits scaled down, beside fleets with a fixed rate limit
@@ -94,6 +101,7 @@ type config struct {
 	cold      bool          // only the cold path's figures
 	quota     bool          // only the quota benchmark
 	warm      bool          // only the warm-hit throughput table
+	gateway   bool          // only the MCP gateway benchmark
 	cpuProf   string        // CPU profile file; empty: none
 	blockProf string        // block profile file; empty: none
 	report    string        // report file; empty: none
@@ -130,6 +138,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cpuProf := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	blockProf := fs.String("blockprofile", "", "write a block profile of the run to `FILE` (every blocking event sampled)")
 	warm := fs.Bool("warm", false, "run only the warm-hit throughput table: coordd, the floor and polling on one instance each (with --quick: in seconds)")
+	gw := fs.Bool("gateway", false, "run only the MCP gateway benchmark: agents calling the reference GitLab MCP server directly, through gateways each with its own cache, and through coordd's gateway on 3 instances; then a cached call against a bare Streamable HTTP server (needs node and `make mcp-servers`)")
 	quota := fs.Bool("quota", false, "run only the quota benchmark: coordd, fixed rate limits and per-instance pacing against a fake API with GitHub-like limits (with --quick: under a minute)")
 	report := fs.String("report", "", "write the report to `FILE` (Markdown) and its plots as PNG files beside it")
 	latency := fs.Duration("latency", 20*time.Millisecond, "the upstream's answer time, once every caller of a cold burst waits")
@@ -159,7 +168,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	c := config{
 		cpuProf: *cpuProf, blockProf: *blockProf,
-		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, warm: *warm, report: *report, latency: *latency, small: *small, large: *large,
+		quick: *quick, swarm: swarm, cold: *cold, quota: *quota, warm: *warm, gateway: *gw, report: *report, latency: *latency, small: *small, large: *large,
 		maxK:          5,
 		gridCallers:   []int{10, 100, 1000},
 		gridRounds:    5,
@@ -220,6 +229,14 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 	progress := func(format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "coordbench: %5.1fs "+format+"\n", append([]any{time.Since(started).Seconds()}, a...)...)
 	}
+	if cfg.gateway {
+		gr, err := runGateway(ctx, h, defaultGateway(cfg.quick), progress)
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(stdout, renderGateway(gr))
+		return nil
+	}
 	if cfg.swarm {
 		sw, err := runSwarm(ctx, h, defaultSwarm(cfg.quick), progress)
 		if err != nil {
@@ -270,12 +287,16 @@ func run(ctx context.Context, h *host, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	gr, err := runGateway(ctx, h, defaultGateway(cfg.quick), progress)
+	if err != nil {
+		return err
+	}
 	e := newEnv(h, cfg)
 	res, err := measure(ctx, e, progress)
 	if err != nil {
 		return err
 	}
-	res.swarm, res.quota = sw, qr
+	res.swarm, res.quota, res.gateway = sw, qr, gr
 	res.elapsed = time.Since(started)
 	table := renderTable(res)
 	fmt.Fprint(stdout, table)

@@ -26,8 +26,9 @@ type results struct {
 	tput    []tputPoint
 	streams streamsResult
 	mem     memResult
-	swarm   *swarmResult // nil if not run
-	quota   *quotaResult // nil if not run
+	swarm   *swarmResult   // nil if not run
+	gateway *gatewayResult // nil if not run
+	quota   *quotaResult   // nil if not run
 	elapsed time.Duration
 }
 

@@ -108,6 +108,9 @@ func renderTable(res *results) string {
 	if res.quota != nil {
 		w("\n%s", renderQuota(res.quota))
 	}
+	if res.gateway != nil {
+		w("\n%s", renderGateway(res.gateway))
+	}
 	return b.String()
 }
 

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
+	"time"
 )
 
 // API is a running fake.
@@ -27,11 +27,30 @@ type API struct {
 	issues   atomic.Int64
 	requests atomic.Int64
 	hold     chan struct{} // non-nil: requests wait for it to close
+	opt      Options
+	window   atomic.Int64 // the second of the rate limit's window
+	inWindow atomic.Int64
+	limited  atomic.Int64
 }
 
+// Options shape an API.
+type Options struct {
+	// RateLimit, when positive, answers 429 (Retry-After: 1) to requests
+	// past that many in one second, as GitLab's limits do.
+	RateLimit int
+	// Latency is how long each answer takes.
+	Latency time.Duration
+}
+
+// TB is what Start needs of a test (or of a benchmark's host).
+type TB interface{ Cleanup(func()) }
+
 // Start starts an API, stopped when t ends.
-func Start(t testing.TB) *API {
+func Start(t TB, opts ...Options) *API {
 	a := &API{files: map[string]int{}}
+	if len(opts) > 0 {
+		a.opt = opts[0]
+	}
 	srv := httptest.NewServer(http.HandlerFunc(a.serve))
 	t.Cleanup(srv.Close)
 	a.URL = srv.URL + "/api/v4"
@@ -102,8 +121,26 @@ func (a *API) wait(r *http.Request) bool {
 	}
 }
 
+// Limited returns how many requests were answered 429.
+func (a *API) Limited() int { return int(a.limited.Load()) }
+
 func (a *API) serve(w http.ResponseWriter, r *http.Request) {
 	a.requests.Add(1)
+	if a.opt.RateLimit > 0 {
+		sec := time.Now().Unix()
+		if a.window.Swap(sec) != sec {
+			a.inWindow.Store(0)
+		}
+		if a.inWindow.Add(1) > int64(a.opt.RateLimit) {
+			a.limited.Add(1)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"message":"429 Too Many Requests"}`, http.StatusTooManyRequests)
+			return
+		}
+	}
+	if a.opt.Latency > 0 {
+		time.Sleep(a.opt.Latency)
+	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || tok == "" {
 		http.Error(w, `{"message":"401 Unauthorized"}`, http.StatusUnauthorized)

@@ -10,14 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"testing"
 
 	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
 // Command returns the command that starts the server installed as bin
 // (such as mcp-server-gitlab), with node first.
-func Command(t testing.TB, bin string) []string {
+func Command(t redistest.TB, bin string) []string {
 	redistest.SkipShort(t)
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
@@ -31,7 +30,7 @@ func Command(t testing.TB, bin string) []string {
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	return []string{node, real}
 }
