@@ -217,12 +217,13 @@ conformance-tools:
 # mcp-servers installs the MCP servers from npm that the gateway's tests
 # run behind coordd, unmodified, under .tools/mcp-servers: the reference
 # GitLab server (its API calls go to internal/testing/fakegitlab) and the
-# protocol's "everything" server. internal/testing/mcpservers finds them.
+# protocol's "everything" server; and the TypeScript SDK, whose client
+# drives agents in gateway's tests. internal/testing/mcpservers finds them.
 MCP_SERVERS_DIR := $(CURDIR)/.tools/mcp-servers
 mcp-servers:
 	@mkdir -p $(MCP_SERVERS_DIR)
 	@test -f $(MCP_SERVERS_DIR)/package.json || echo '{"private": true}' > $(MCP_SERVERS_DIR)/package.json
-	cd $(MCP_SERVERS_DIR) && npm install --no-audit --no-fund --save-exact @modelcontextprotocol/server-gitlab@2025.4.25 @modelcontextprotocol/server-everything@2026.8.31
+	cd $(MCP_SERVERS_DIR) && npm install --no-audit --no-fund --save-exact @modelcontextprotocol/server-gitlab@2025.4.25 @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/sdk@1.32.2
 	@test -x $(MCP_SERVERS_DIR)/node_modules/.bin/mcp-server-gitlab || { echo "error: npm did not install @modelcontextprotocol/server-gitlab under $(MCP_SERVERS_DIR)" >&2; exit 1; }
 
 # ts-build installs the TypeScript packages and builds clients/ts/dist

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -222,15 +223,19 @@ func (b *backend) dial(ctx context.Context, cr cred, caps json.RawMessage) (*con
 // notified handles a backend's notification: a list changed, so its
 // cached copy goes.
 func (b *backend) notified(cr cred, method string) {
-	switch method {
-	case "notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed":
-		b.lists.Range(func(k, _ any) bool {
-			if k.(listKey).cred == cr.id {
-				b.lists.Delete(k)
-			}
-			return true
-		})
-	}
+	// Which cached answers a notification makes out of date.
+	stale := map[string][]string{
+		"notifications/tools/list_changed":     {"tools/list"},
+		"notifications/prompts/list_changed":   {"prompts/list", "prompts/get"},
+		"notifications/resources/list_changed": {"resources/list", "resources/templates/list", "resources/read"},
+		"notifications/resources/updated":      {"resources/read"},
+	}[method]
+	b.lists.Range(func(k, _ any) bool {
+		if lk := k.(listKey); lk.cred == cr.id && slices.Contains(stale, lk.method) {
+			b.lists.Delete(k)
+		}
+		return true
+	})
 }
 
 func (b *backend) close() {

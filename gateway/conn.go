@@ -190,6 +190,13 @@ func (c *conn) request(m *jsonrpc.Request) {
 			if c.onNotify != nil {
 				c.onNotify(m.Method)
 			}
+		case "notifications/resources/updated":
+			if c.onNotify != nil {
+				c.onNotify(m.Method) // a cached read is out of date
+			}
+			if p := c.peerOf(); p != nil {
+				p.notify(m)
+			}
 		default:
 			if p := c.peerOf(); p != nil {
 				p.notify(m)

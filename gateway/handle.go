@@ -63,11 +63,11 @@ func (g *Gateway) handle(ctx context.Context, se *session, b *backend, req *json
 		return json.RawMessage(`{}`), nil
 	case "tools/call":
 		return g.toolCall(ctx, se, b, req.Params, out)
-	case "tools/list", "prompts/list", "resources/list", "resources/templates/list":
+	case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read", "prompts/get":
 		return b.list(ctx, se, req.Method, req.Params)
 	}
-	// resources/read, prompts/get, completion/complete, logging/setLevel
-	// and methods coordd does not know: forwarded as they are.
+	// completion/complete, logging/setLevel, subscriptions and methods
+	// coordd does not know: forwarded as they are.
 	return b.forward(ctx, se, req.Method, req.Params, out, true)
 }
 
@@ -119,8 +119,9 @@ type listEntry struct {
 	err  error
 }
 
-// list answers tools/list and the other lists, cached per credential
-// scope for listCacheFresh and dropped on list_changed: one request to
+// list answers tools/list, the other lists, resources/read and
+// prompts/get, cached per credential scope for listCacheFresh and
+// dropped on list_changed (a read on resources/updated): one request to
 // the server per list per scope while many agents start at once.
 func (b *backend) list(ctx context.Context, se *session, method string, params json.RawMessage) (json.RawMessage, error) {
 	if !b.shared() {

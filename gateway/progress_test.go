@@ -194,3 +194,41 @@ func TestSamplingReachesItsAgent(t *testing.T) {
 		t.Fatalf("sampling requests: a %d, b %d; want 1 each", askedA.Load(), askedB.Load())
 	}
 }
+
+// TestListsCachedAndRefreshed: on a shared pool, tools/list of many
+// agents at once makes one request to the server per scope and answers
+// every agent the server's own list (annotations and schemas included);
+// a resources/read is cached too.
+func TestListsCachedAndRefreshed(t *testing.T) {
+	in := fleet(t, 1, []gateway.Server{everything(t)}, gateway.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	lists := make([]*mcp.ListToolsResult, 10)
+	errs := make([]error, len(lists))
+	for i := range lists {
+		s := agent(t, in[0].url+"/mcp/everything", nil)
+		wg.Go(func() { lists[i], errs[i] = s.ListTools(ctx, nil) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lists[i].Tools) != len(lists[0].Tools) || len(lists[i].Tools) == 0 {
+			t.Fatalf("agent %d got %d tools; agent 0 %d", i, len(lists[i].Tools), len(lists[0].Tools))
+		}
+	}
+	if n := in[0].gw.Status()[0].Calls; n != 1 {
+		t.Fatalf("requests to the server for 10 agents' tools/list = %d; want 1", n)
+	}
+	var long *mcp.Tool
+	for _, tl := range lists[0].Tools {
+		if tl.Name == "trigger-long-running-operation" {
+			long = tl
+		}
+	}
+	if long == nil || long.Annotations == nil || !long.Annotations.ReadOnlyHint || long.InputSchema == nil {
+		t.Fatalf("the server's annotations and schema did not pass through: %+v", long)
+	}
+}
