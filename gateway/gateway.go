@@ -96,6 +96,7 @@ type Gateway struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	wg     sync.WaitGroup // the gateway's own goroutines (sweep)
 
 	calls    sync.Map // callKey -> *pendingCall
 	sessions sessions
@@ -180,9 +181,26 @@ func New(servers []Server, opt Options) (*Gateway, error) {
 		g.scopes[""] = coordinator.Scope{Upstreams: all}
 	}
 	if err := errors.Join(errs...); err != nil {
+		g.cancel()
 		return nil, err
 	}
+	g.wg.Go(g.sweep)
 	return g, nil
+}
+
+// sweep ends the sessions idle for sessionIdle (and stops their own
+// processes), once a minute, until Close.
+func (g *Gateway) sweep() {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case now := <-t.C:
+			g.sessions.expire(now.Add(-sessionIdle))
+		}
+	}
 }
 
 // SetMetrics makes m observe the gateway. Call it before serving.
@@ -250,6 +268,7 @@ func (g *Gateway) Wrap(next http.RoundTripper) http.RoundTripper {
 // Close stops every backend process and session.
 func (g *Gateway) Close() error {
 	g.cancel()
+	g.wg.Wait()
 	g.sessions.closeAll()
 	for _, b := range g.servers {
 		b.close()

@@ -117,6 +117,9 @@ type listEntry struct {
 	at   time.Time
 	res  json.RawMessage
 	err  error
+
+	roOnce sync.Once
+	ro     map[string]bool // of a tools/list: the tools annotated readOnlyHint
 }
 
 // list answers tools/list, the other lists, resources/read and
@@ -127,9 +130,20 @@ func (b *backend) list(ctx context.Context, se *session, method string, params j
 	if !b.shared() {
 		return b.forward(ctx, se, method, params, nil, true)
 	}
+	e, err := b.listEntry(ctx, se, method, params)
+	if err != nil {
+		return nil, err
+	}
+	return e.res, nil
+}
+
+func (b *backend) listEntry(ctx context.Context, se *session, method string, params json.RawMessage) (*listEntry, error) {
 	k := listKey{cred: se.cred.id, method: method, params: string(params)}
 	for {
-		v, _ := b.lists.LoadOrStore(k, &listEntry{})
+		v, ok := b.lists.Load(k)
+		if !ok {
+			v, _ = b.lists.LoadOrStore(k, &listEntry{})
+		}
 		e := v.(*listEntry)
 		e.once.Do(func() {
 			e.res, e.err = b.forward(context.WithoutCancel(ctx), se, method, params, nil, true)
@@ -142,34 +156,40 @@ func (b *backend) list(ctx context.Context, se *session, method string, params j
 			}
 			continue
 		}
-		return e.res, nil
+		return e, nil
 	}
 }
 
 // readOnly reports whether the server annotates tool readOnlyHint, from
-// its tools/list for se's scope.
+// the first page of its tools/list for se's scope (a tool on a later
+// page is not coalesced), parsed once per cached list.
 func (b *backend) readOnly(ctx context.Context, se *session, tool string) bool {
-	res, err := b.list(ctx, se, "tools/list", nil)
+	if !b.shared() {
+		return false
+	}
+	e, err := b.listEntry(ctx, se, "tools/list", nil)
 	if err != nil {
 		return false
 	}
-	var l struct {
-		Tools []struct {
-			Name        string `json:"name"`
-			Annotations struct {
-				ReadOnly bool `json:"readOnlyHint"`
-			} `json:"annotations"`
-		} `json:"tools"`
-	}
-	if json.Unmarshal(res, &l) != nil {
-		return false
-	}
-	for _, t := range l.Tools {
-		if t.Name == tool {
-			return t.Annotations.ReadOnly
+	e.roOnce.Do(func() {
+		var l struct {
+			Tools []struct {
+				Name        string `json:"name"`
+				Annotations struct {
+					ReadOnly bool `json:"readOnlyHint"`
+				} `json:"annotations"`
+			} `json:"tools"`
 		}
-	}
-	return false
+		e.ro = map[string]bool{}
+		if json.Unmarshal(e.res, &l) == nil {
+			for _, t := range l.Tools {
+				if t.Annotations.ReadOnly {
+					e.ro[t.Name] = true
+				}
+			}
+		}
+	})
+	return e.ro[tool]
 }
 
 // onceMark starts the key of a call that runs once (callURL's hash):

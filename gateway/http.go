@@ -100,19 +100,17 @@ type sessions struct {
 func (s *sessions) init() { s.m = map[string]*session{} }
 
 func (s *sessions) add(se *session) error {
+	now := time.Now()
+	s.mu.Lock()
+	full := len(s.m) >= maxSessions
+	s.mu.Unlock()
+	if full {
+		s.expire(now.Add(-sessionIdle)) // outside the lock: ending one may wait for its process
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	if len(s.m) >= maxSessions {
-		for id, o := range s.m {
-			if now.Sub(o.last) > sessionIdle {
-				delete(s.m, id)
-				o.end()
-			}
-		}
-		if len(s.m) >= maxSessions {
-			return errors.New("too many sessions; end some (DELETE) or try later")
-		}
+		return errors.New("too many sessions; end some (DELETE) or try later")
 	}
 	se.last = now
 	s.m[se.id] = se
@@ -135,6 +133,22 @@ func (s *sessions) remove(id string) {
 	delete(s.m, id)
 	s.mu.Unlock()
 	if se != nil {
+		se.end()
+	}
+}
+
+// expire ends the sessions last used before cutoff.
+func (s *sessions) expire(cutoff time.Time) {
+	var gone []*session
+	s.mu.Lock()
+	for id, se := range s.m {
+		if se.last.Before(cutoff) {
+			delete(s.m, id)
+			gone = append(gone, se)
+		}
+	}
+	s.mu.Unlock()
+	for _, se := range gone {
 		se.end()
 	}
 }

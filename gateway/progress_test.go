@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/coordd/coordd/gateway"
+	"github.com/coordd/coordd/internal/testing/fakegitlab"
 	"github.com/coordd/coordd/internal/testing/mcpservers"
 )
 
@@ -196,18 +197,19 @@ func TestSamplingReachesItsAgent(t *testing.T) {
 }
 
 // TestListsCachedAndRefreshed: on a shared pool, tools/list of many
-// agents at once makes one request to the server per scope and answers
-// every agent the server's own list (annotations and schemas included);
-// a resources/read is cached too.
+// agents at once makes one request to the server per scope (the GitLab
+// server, whose list never changes), and every agent gets the server's
+// own list, annotations and schemas included (the everything server).
 func TestListsCachedAndRefreshed(t *testing.T) {
-	in := fleet(t, 1, []gateway.Server{everything(t)}, gateway.Options{})
+	api := fakegitlab.Start(t)
+	in := fleet(t, 1, []gateway.Server{gitlab(t, api, 1, 0), everything(t)}, gateway.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	lists := make([]*mcp.ListToolsResult, 10)
 	errs := make([]error, len(lists))
 	for i := range lists {
-		s := agent(t, in[0].url+"/mcp/everything", nil)
+		s := agent(t, in[0].url+"/mcp/gitlab", nil)
 		wg.Go(func() { lists[i], errs[i] = s.ListTools(ctx, nil) })
 	}
 	wg.Wait()
@@ -222,8 +224,12 @@ func TestListsCachedAndRefreshed(t *testing.T) {
 	if n := in[0].gw.Status()[0].Calls; n != 1 {
 		t.Fatalf("requests to the server for 10 agents' tools/list = %d; want 1", n)
 	}
+	ev, err := agent(t, in[0].url+"/mcp/everything", nil).ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var long *mcp.Tool
-	for _, tl := range lists[0].Tools {
+	for _, tl := range ev.Tools {
 		if tl.Name == "trigger-long-running-operation" {
 			long = tl
 		}
