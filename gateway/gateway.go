@@ -280,9 +280,9 @@ func (g *Gateway) Close() error {
 // tool, the arguments' hash and the credential scope.
 type callKey struct{ server, tool, hash, cred string }
 
-// pendingCall is a coalesced call that callers of this instance wait
-// for: its arguments, for whichever fetch runs it, and the callers'
-// progress sinks.
+// pendingCall is a call that callers of this instance wait for: its
+// arguments, for whichever fetch runs it, and its waiters (their
+// progress, and their agents, whom the server may ask something).
 type pendingCall struct {
 	args json.RawMessage
 	// once is set for a call that runs once (not coalesced): its own
@@ -290,43 +290,116 @@ type pendingCall struct {
 	once *onceCall
 	mu   sync.Mutex
 	refs int
-	sink map[int]func(json.RawMessage)
 	seq  int
+	out  map[int]*replier // the waiters' answers in progress, by waiter id
+	// asked is the waiter whose agent the server asked something during
+	// the execution (0: none): the result is that waiter's (mine).
+	asked int
+	mine  *personalResult
+}
+
+// personalResult is an execution's result kept for the one caller whose
+// agent the server asked something.
+type personalResult struct {
+	res json.RawMessage
+	err error
+}
+
+// statusPersonal is the document the engine gets of an execution whose
+// result went to one caller alone (pendingCall.asked): the other callers
+// run their own.
+const statusPersonal = http.StatusConflict
+
+// waiter is one caller's registration on a pendingCall.
+type waiter struct {
+	pc    *pendingCall
+	id    int
+	leave func()
+}
+
+// personal returns the execution's result if it was this waiter's.
+func (w *waiter) personal() (personalResult, bool) {
+	w.pc.mu.Lock()
+	defer w.pc.mu.Unlock()
+	if w.pc.asked != w.id || w.pc.mine == nil {
+		return personalResult{}, false
+	}
+	return *w.pc.mine, true
 }
 
 func (p *pendingCall) progress(params json.RawMessage) {
 	p.mu.Lock()
-	fns := make([]func(json.RawMessage), 0, len(p.sink))
-	for _, fn := range p.sink {
-		fns = append(fns, fn)
+	outs := make([]*replier, 0, len(p.out))
+	for _, o := range p.out {
+		outs = append(outs, o)
 	}
 	p.mu.Unlock()
-	for _, fn := range fns {
-		fn(params)
+	for _, o := range outs {
+		o.progress(params)
 	}
 }
 
-// register makes the caller a waiter of k, with its progress sink (nil:
-// none); the returned function ends that.
-func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, sink func(json.RawMessage)) func() {
+// execPeer is the agent side of a shared execution: a notification of
+// the server's reaches every waiter; a request goes to one waiter's
+// agent (the first still waiting), whose result the execution becomes.
+type execPeer struct{ pc *pendingCall }
+
+func (e execPeer) notify(m *jsonrpc.Request) {
+	e.pc.mu.Lock()
+	outs := make([]*replier, 0, len(e.pc.out))
+	for _, o := range e.pc.out {
+		outs = append(outs, o)
+	}
+	e.pc.mu.Unlock()
+	for _, o := range outs {
+		o.notify(m)
+	}
+}
+
+func (e execPeer) ask(ctx context.Context, m *jsonrpc.Request) (json.RawMessage, *jsonrpc.Error) {
+	e.pc.mu.Lock()
+	id := e.pc.asked
+	if id == 0 {
+		for wid, o := range e.pc.out {
+			if o.stream && (id == 0 || wid < id) {
+				id = wid
+			}
+		}
+		e.pc.asked = id
+	}
+	o := e.pc.out[id]
+	e.pc.mu.Unlock()
+	if o == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "coordd gateway: no agent waiting on this call can be asked " + m.Method}
+	}
+	return o.ask(ctx, m)
+}
+
+// register makes the caller, answering through out, a waiter of k; the
+// waiter's leave ends that.
+func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, out *replier) *waiter {
 	for {
-		v, _ := g.calls.LoadOrStore(k, &pendingCall{args: args, once: once, sink: map[int]func(json.RawMessage){}})
+		v, ok := g.calls.Load(k)
+		if !ok {
+			v, _ = g.calls.LoadOrStore(k, &pendingCall{args: args, once: once, out: map[int]*replier{}})
+		}
 		p := v.(*pendingCall)
 		p.mu.Lock()
 		if p.refs < 0 { // being removed
 			p.mu.Unlock()
+			g.calls.CompareAndDelete(k, p)
 			continue
 		}
 		p.refs++
 		p.seq++
 		id := p.seq
-		if sink != nil {
-			p.sink[id] = sink
+		if out != nil && once == nil { // a call run once answers on its own stream (runOnce)
+			p.out[id] = out
 		}
 		p.mu.Unlock()
-		return func() {
+		return &waiter{pc: p, id: id, leave: func() {
 			p.mu.Lock()
-			delete(p.sink, id)
+			delete(p.out, id)
 			p.refs--
 			gone := p.refs == 0
 			if gone {
@@ -336,7 +409,7 @@ func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, sink
 			if gone {
 				g.calls.CompareAndDelete(k, p)
 			}
-		}
+		}}
 	}
 }
 
@@ -395,8 +468,25 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return b.runOnce(req, pc.once)
 	}
 	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": pc.args})
-	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, pc.progress)
+	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, pc.progress, execPeer{pc})
 	g.m.execution(name, tool)
+	pc.mu.Lock()
+	asked := pc.asked != 0
+	if asked {
+		pc.mine = &personalResult{res: res, err: err}
+		var re rpcError
+		if errors.As(err, &re) {
+			pc.mine.err = re.e
+		} else if err != nil {
+			pc.mine.res, pc.mine.err = toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed: %v", tool, name, err)), nil
+		}
+	}
+	pc.mu.Unlock()
+	if asked {
+		// The result answered what the server asked one agent: it is
+		// that caller's alone; every other runs its own.
+		return answerOf(req, statusPersonal, "no-store", []byte(`{"personal":true}`)), nil
+	}
 	var re rpcError
 	switch {
 	case err == nil:
@@ -495,12 +585,12 @@ func mustJSON(v any) json.RawMessage {
 // (when not nil) receiving the server's progress notifications. It
 // returns what a remote server answered to the request's POST, if it is
 // remote.
-func (b *backend) run(ctx context.Context, cr cred, method string, params json.RawMessage, progress func(json.RawMessage)) (json.RawMessage, *answer, error) {
+func (b *backend) run(ctx context.Context, cr cred, method string, params json.RawMessage, progress func(json.RawMessage), p peer) (json.RawMessage, *answer, error) {
 	c, err := b.poolFor(cr).conn(ctx, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	return b.runOn(ctx, c, method, params, progress, nil)
+	return b.runOn(ctx, c, method, params, progress, p)
 }
 
 // runOn runs one request on c for p (nil: no agent to ask).

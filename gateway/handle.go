@@ -240,45 +240,65 @@ func (g *Gateway) toolCall(ctx context.Context, se *session, b *backend, params 
 		}
 	}
 	coalesced := plain && b.shared() && b.cfg.coalesces(name, b.cfg.TrustReadOnly && b.readOnly(ctx, se, name))
+	if coalesced {
+		g.m.call(b.cfg.Name, name)
+	} else {
+		g.m.call(b.cfg.Name, otherTool)
+	}
+	res, personal, err := g.fetchCall(ctx, se, b, name, params, canon, out, coalesced)
+	if personal {
+		// The server asked another caller's agent something during the
+		// shared execution: its result was that caller's. This one runs
+		// its own.
+		res, _, err = g.fetchCall(ctx, se, b, name, params, canon, out, false)
+	}
+	return res, err
+}
+
+// fetchCall runs one tools/call through the engine: coalesced (keyed by
+// its canonical arguments), or once (a key of its own: it runs once,
+// through the guard, never again once it reached the server: it may
+// write). personal reports a shared execution during which the server
+// asked another caller's agent something: its result is not this
+// caller's.
+func (g *Gateway) fetchCall(ctx context.Context, se *session, b *backend, name string, params, canon json.RawMessage, out *replier, coalesced bool) (_ json.RawMessage, personal bool, _ error) {
 	var once *onceCall
 	hash := ""
 	if coalesced {
-		g.m.call(b.cfg.Name, name)
 		hash = argsHash(canon)
 	} else {
-		// Runs once per call, through the server's guard, never run again
-		// once it reached the server: it may write. Its key is its own.
-		g.m.call(b.cfg.Name, otherTool)
 		once = &onceCall{params: withProgressToken(params, nil), se: se, out: out, ctx: ctx}
 		hash = onceMark + rand.Text()
 	}
 	t, err := g.co.ResolveRequest(se.scope, coordinator.Request{URL: callURL(b.cfg.Name, name, hash)})
 	if err != nil {
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
+		return nil, false, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 	}
-	sink := out.progress
-	if once != nil {
-		sink = nil // the call's own stream carries its progress (runOnce)
-	}
-	defer g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, once, sink)()
+	w := g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, once, out)
+	defer w.leave()
 	res, err := g.co.Get(ctx, t, coordinator.GetOptions{})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
-		return toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed: %v", name, b.cfg.Name, err)), nil
+		return toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed: %v", name, b.cfg.Name, err)), false, nil
 	}
 	if coalesced {
 		g.m.served(b.cfg.Name, name, res.Source.String())
 	}
 	switch d := res.Doc; d.StatusCode {
 	case http.StatusOK:
-		return d.Body, nil
+		return d.Body, false, nil
 	case http.StatusUnprocessableEntity:
 		var e jsonrpc.Error
 		if json.Unmarshal(d.Body, &e) == nil && e.Code != 0 {
-			return nil, &e
+			return nil, false, &e
 		}
+	case statusPersonal:
+		if r, ok := w.personal(); ok {
+			return r.res, false, r.err
+		}
+		return nil, true, nil
 	}
-	return toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed (%d)", name, b.cfg.Name, res.Doc.StatusCode)), nil
+	return toolError(fmt.Sprintf("coordd: the call to %s on MCP server %s failed (%d)", name, b.cfg.Name, res.Doc.StatusCode)), false, nil
 }

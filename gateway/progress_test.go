@@ -238,3 +238,42 @@ func TestListsCachedAndRefreshed(t *testing.T) {
 		t.Fatalf("the server's annotations and schema did not pass through: %+v", long)
 	}
 }
+
+// TestSamplingDuringSharedCall: a tool allowed to coalesce asks for
+// sampling while it runs: the request goes to one agent waiting on the
+// execution, whose result it becomes; the other agent's call runs its
+// own, and each gets its own agent's answer.
+func TestSamplingDuringSharedCall(t *testing.T) {
+	s := everything(t)
+	s.TrustReadOnly, s.Coalesce = false, []string{"trigger-sampling-request"}
+	in := fleet(t, 1, []gateway.Server{s}, gateway.Options{})
+	var askedA, askedB atomic.Int64
+	a := samplingAgent(t, in[0].url+"/mcp/everything", "agent-a", &askedA)
+	b := samplingAgent(t, in[0].url+"/mcp/everything", "agent-b", &askedB)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	got := map[string]string{}
+	var mu sync.Mutex
+	for name, sess := range map[string]*mcp.ClientSession{"agent-a": a, "agent-b": b} {
+		wg.Go(func() {
+			r, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "trigger-sampling-request", Arguments: map[string]any{"prompt": "same"}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || r.IsError {
+				got[name] = fmt.Sprintf("error: %v %v", err, r)
+				return
+			}
+			got[name] = text(t, r)
+		})
+	}
+	wg.Wait()
+	for _, name := range []string{"agent-a", "agent-b"} {
+		if !strings.Contains(got[name], "sampled by "+name) {
+			t.Errorf("%s got %q; want its own agent's sampling answer", name, got[name])
+		}
+	}
+	if askedA.Load() != 1 || askedB.Load() != 1 {
+		t.Errorf("sampling requests: a %d, b %d; want 1 each", askedA.Load(), askedB.Load())
+	}
+}
