@@ -49,6 +49,9 @@ type Server struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// InitTimeout bounds starting a server and its initialize. Default: 30s.
 	InitTimeout time.Duration `yaml:"init_timeout"`
+	// MaxResultBytes bounds a tool call's result; a larger one fails the
+	// call with a tool error. Default: 10 MiB.
+	MaxResultBytes int64 `yaml:"max_result_bytes"`
 	// Protection is the rate limit, slots in flight, retries and breaker
 	// towards the server, as an upstream has them.
 	Protection upstream.Protection `yaml:",inline"`
@@ -184,6 +187,9 @@ func (s *Server) check(field string) error {
 	if s.Timeout < 0 || s.InitTimeout < 0 {
 		add(".timeout: negative")
 	}
+	if s.MaxResultBytes < 0 {
+		add(".max_result_bytes: negative")
+	}
 	return errors.Join(errs...)
 }
 
@@ -194,6 +200,26 @@ func (s *Server) setDefaults() {
 	if s.InitTimeout == 0 {
 		s.InitTimeout = DefaultInitTimeout
 	}
+	if s.MaxResultBytes == 0 {
+		s.MaxResultBytes = 10 << 20
+	}
+}
+
+// Resolved returns servers with every default filled in, as New and
+// the engine use them (for --check-config).
+func Resolved(servers []Server) []Server {
+	out := make([]Server, len(servers))
+	for i, s := range servers {
+		s.setDefaults()
+		if s.Protection.RateLimit == 0 {
+			s.Protection.RateLimit = -1
+		}
+		u := upstream.Config{StaleTTL: s.StaleTTL, Protection: s.Protection}
+		upstream.SetDefaults(&u)
+		s.StaleTTL, s.Protection = u.StaleTTL, u.Protection
+		out[i] = s
+	}
+	return out
 }
 
 // coalesces reports whether tool's calls may share an execution, given

@@ -216,13 +216,14 @@ func (g *Gateway) Upstreams() []coordinator.Upstream {
 	for _, name := range g.order {
 		s := g.servers[name].cfg
 		u := coordinator.Upstream{
-			Name:       upstreamPrefix + name,
-			BaseURL:    "http://" + name + hostSuffix + "/",
-			TTL:        s.TTL,
-			StaleTTL:   s.StaleTTL,
-			Timeout:    s.Timeout,
-			Credential: s.Credential,
-			Protection: s.Protection,
+			Name:         upstreamPrefix + name,
+			BaseURL:      "http://" + name + hostSuffix + "/",
+			TTL:          s.TTL,
+			StaleTTL:     s.StaleTTL,
+			Timeout:      s.Timeout,
+			MaxBodyBytes: s.MaxResultBytes,
+			Credential:   s.Credential,
+			Protection:   s.Protection,
 		}
 		if u.TTL == 0 {
 			u.TTL = time.Second // unused: every answer says no-store (RoundTrip)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/coordd/coordd/gateway"
 	"io"
 	"net/url"
 	"strings"
@@ -30,6 +31,7 @@ func (fc fileConfig) resolved() (fileConfig, error) {
 		on := true
 		r.Reflection = &on
 	}
+	r.MCPServers = gateway.Resolved(fc.MCPServers)
 	r.Tracing.Protocol = orDefault(r.Tracing.Protocol, "grpc")
 	if r.Tracing.SampleRatio == nil {
 		all := 1.0
