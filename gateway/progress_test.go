@@ -151,24 +151,6 @@ func TestCancelDetachesOneCaller(t *testing.T) {
 	}
 }
 
-// samplingAgent connects an agent that answers sampling requests with
-// its own name, counting them.
-func samplingAgent(t *testing.T, url, name string, asked *atomic.Int64) *mcp.ClientSession {
-	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
-		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-			asked.Add(1)
-			return &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: "sampled by " + name}, Model: "model-of-" + name, Role: "assistant"}, nil
-		},
-	})
-	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, DisableStandaloneSSE: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // TestSamplingReachesItsAgent: the everything server asks for sampling
 // during a call (trigger-sampling-request); the request reaches the agent
 // whose call it is, over that call's stream, and the answer goes back to
