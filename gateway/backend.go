@@ -269,6 +269,16 @@ type answer struct {
 	header http.Header
 }
 
+// code is the status the server answered (0: none, or not remote).
+func (a *answer) code() int {
+	if a == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
 func (r *remoteHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.cred.header != "" {
 		req = req.Clone(req.Context())

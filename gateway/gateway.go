@@ -508,8 +508,8 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 			status = http.StatusBadGateway
 		}
 		return answerOf(req, status, "no-store", body), nil
-	case hdr != nil && (hdr.status == http.StatusTooManyRequests || hdr.status >= 500):
-		resp := answerOf(req, hdr.status, "no-store", []byte(`{"code":-32603,"message":"the server answered `+fmt.Sprint(hdr.status)+`"}`))
+	case hdr.code() == http.StatusTooManyRequests || hdr.code() >= 500:
+		resp := answerOf(req, hdr.code(), "no-store", []byte(`{"code":-32603,"message":"the server answered `+fmt.Sprint(hdr.code())+`"}`))
 		copyQuotaHeaders(resp.Header, hdr)
 		return resp, nil
 	}
@@ -539,8 +539,8 @@ func (b *backend) runOnce(req *http.Request, oc *onceCall) (*http.Response, erro
 		resp := answerOf(req, http.StatusOK, "no-store", res)
 		copyQuotaHeaders(resp.Header, hdr)
 		return resp, nil
-	case hdr != nil && hdr.status == http.StatusTooManyRequests:
-		resp := answerOf(req, hdr.status, "no-store", []byte(`{"code":-32603,"message":"the server answered 429"}`))
+	case hdr.code() == http.StatusTooManyRequests:
+		resp := answerOf(req, hdr.code(), "no-store", []byte(`{"code":-32603,"message":"the server answered 429"}`))
 		copyQuotaHeaders(resp.Header, hdr)
 		return resp, nil
 	case errors.As(err, &re) && re.e.Code != jsonrpc.CodeInternalError:

@@ -30,14 +30,6 @@ import (
 	"github.com/coordd/coordd/internal/testing/redistest"
 )
 
-type bearer struct{ tok string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.tok)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // TestGatewayFromConfig runs coordd from a configuration with
 // mcp_servers and tenants, as docs/gateway.md gives it: an agent of
 // team-a reaches the reference GitLab MCP server at /mcp/gitlab with
@@ -125,7 +117,7 @@ tenants:
 	})
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
-	s, err := client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: "http://" + maddr + "/mcp/gitlab", HTTPClient: &http.Client{Transport: bearer{tenantA}}, DisableStandaloneSSE: true}, nil)
+	s, err := client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: "http://" + maddr + "/mcp/gitlab", HTTPClient: &http.Client{Transport: bearerTransport{token: tenantA, next: http.DefaultTransport}}, DisableStandaloneSSE: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
