@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/gateway"
 	"github.com/coordd/coordd/internal/testing/fakegitlab"
+	"github.com/coordd/coordd/internal/upstream"
 )
 
 // children returns the pids of this process's children whose command
@@ -171,4 +173,42 @@ func TestBreaker(t *testing.T) {
 	if _, ok := call(b); !ok {
 		t.Fatalf("the other instance still fails after the probe succeeded")
 	}
+}
+
+// TestMisbehavingBackends: servers that write garbage to stdout, flood
+// stderr without answering, never answer initialize, or answer ids they
+// were not asked fail their own calls within init_timeout, with a tool
+// error; a healthy server beside them answers meanwhile.
+func TestMisbehavingBackends(t *testing.T) {
+	api := fakegitlab.Start(t)
+	bad := map[string]string{
+		"garbage": `while read l; do echo 'this is not JSON-RPC {{{'; done`,
+		"flood":   `yes flood-flood-flood-flood >&2`,
+		"silent":  `cat > /dev/null`,
+		"wrongid": `while read l; do echo '{"jsonrpc":"2.0","id":999999,"result":{}}'; done`,
+	}
+	servers := []gateway.Server{gitlab(t, api, 1, 0)}
+	for name, script := range bad {
+		servers = append(servers, gateway.Server{Name: name, Command: []string{"sh", "-c", script}, Processes: 1,
+			Coalesce: []string{"x"}, InitTimeout: 2 * time.Second, Protection: upstream.Protection{Retry: upstream.RetryPolicy{MaxAttempts: 1}}})
+	}
+	in := fleet(t, 1, servers, gateway.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for name := range bad {
+		wg.Go(func() {
+			s := agent(t, in[0].url+"/mcp/"+name, nil) // initialize answers while the server cannot
+			r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "x", Arguments: map[string]any{}})
+			if err == nil && !r.IsError {
+				t.Errorf("%s: a call succeeded: %v", name, r)
+			}
+		})
+	}
+	healthy := agent(t, in[0].url+"/mcp/gitlab", nil)
+	r, err := healthy.CallTool(ctx, &mcp.CallToolParams{Name: "get_file_contents", Arguments: map[string]any{"project_id": "1", "file_path": "ok.md"}})
+	if err != nil || r.IsError {
+		t.Fatalf("the healthy server beside misbehaving ones: %v %v", err, r)
+	}
+	wg.Wait()
 }
