@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/gateway"
@@ -55,6 +57,13 @@ type instance struct {
 // fleet starts n instances of the gateway for servers on one Redis.
 func fleet(t *testing.T, n int, servers []gateway.Server, opt gateway.Options) []*instance {
 	t.Helper()
+	return fleetTraced(t, n, servers, opt, nil)
+}
+
+// fleetTraced is fleet with each instance traced by tp (nil: none), its
+// gateway's requests by otelhttp as coordd's listener does.
+func fleetTraced(t *testing.T, n int, servers []gateway.Server, opt gateway.Options, tp trace.TracerProvider) []*instance {
+	t.Helper()
 	rd := redistest.Start(t)
 	var out []*instance
 	for range n {
@@ -67,12 +76,16 @@ func fleet(t *testing.T, n int, servers []gateway.Server, opt gateway.Options) [
 			t.Fatal(err)
 		}
 		cfg := coordinator.Config{Upstreams: gw.Upstreams(), CredentialScopeKey: secret.New("gateway-test-scope-key-0123456789"), Logger: o.Logger}
-		co, err := coordinator.New(cfg, coordinator.Options{Redis: rd.Client(t), Transport: gw.Wrap(nil)})
+		co, err := coordinator.New(cfg, coordinator.Options{Redis: rd.Client(t), Transport: gw.Wrap(nil), TracerProvider: tp})
 		if err != nil {
 			t.Fatal(err)
 		}
 		gw.Bind(co)
-		srv := httptest.NewServer(gw.Handler())
+		h := gw.Handler()
+		if tp != nil {
+			h = otelhttp.NewHandler(h, "mcp", otelhttp.WithTracerProvider(tp))
+		}
+		srv := httptest.NewServer(h)
 		t.Cleanup(func() {
 			srv.Close()
 			gw.Close()
