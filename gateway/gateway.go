@@ -76,6 +76,16 @@ type Options struct {
 	// AllowedOrigins are the Origins (scheme://host[:port]) a browser
 	// page may call from, beside loopback ones.
 	AllowedOrigins []string
+	// BodyTimeout bounds reading one request's body. Default: 5s.
+	BodyTimeout time.Duration
+}
+
+// bodyTimeout is Options.BodyTimeout or its default.
+func (g *Gateway) bodyTimeout() time.Duration {
+	if g.opt.BodyTimeout > 0 {
+		return g.opt.BodyTimeout
+	}
+	return 5 * time.Second
 }
 
 // Gateway is the MCP door. Build it with New, give Upstreams to the

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -280,8 +281,25 @@ func (g *Gateway) originOK(r *http.Request) bool {
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope) {
+	if r.ContentLength > maxBodyBytes { // announced: refused before reading anything
+		w.Header().Set("Connection", "close")
+		httpError(w, http.StatusRequestEntityTooLarge, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the message is over %d bytes", maxBodyBytes))
+		return
+	}
+	// A body that trickles in is bounded in time, as the HTTP door's is:
+	// a stalled sender cannot hold a connection and a goroutine.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(g.bodyTimeout())) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			httpError(w, http.StatusRequestTimeout, jsonrpc.CodeInvalidRequest, fmt.Sprintf("the message did not arrive within %v", g.bodyTimeout()))
+			return
+		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			w.Header().Set("Connection", "close")

@@ -1,11 +1,13 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -277,5 +279,40 @@ func TestBadInput(t *testing.T) {
 	}
 	if api.Requests() != 0 {
 		t.Fatalf("bad arguments reached the API: %d requests", api.Requests())
+	}
+}
+
+// TestStalledAndOversizedBodies: a body announced over the bound is
+// refused 413 before anything is read; a body that stalls is answered 408
+// once the body timeout passes, and its connection closed.
+func TestStalledAndOversizedBodies(t *testing.T) {
+	api := fakegitlab.Start(t)
+	opt := gateway.Options{BodyTimeout: 300 * time.Millisecond}
+	in := fleet(t, 1, []gateway.Server{gitlab(t, api, 1, 0)}, opt)
+	addr := strings.TrimPrefix(in[0].url, "http://")
+	for _, tc := range []struct {
+		name, head string
+		want       string
+	}{
+		{"announced over the bound", "Content-Length: 10737418240\r\n", "413"},
+		{"stalled", "Content-Length: 100\r\n", "408"},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(time.Minute)) // a bound for a stuck server, not a speed check
+		fmt.Fprintf(c, "POST /mcp/gitlab HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%s\r\n{\"jsonrpc\":", addr, tc.head)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !strings.HasPrefix(resp.Status, tc.want) || !resp.Close {
+			t.Errorf("%s: %s, close %v; want %s and the connection closed", tc.name, resp.Status, resp.Close, tc.want)
+		}
+		c.Close()
+	}
+	if api.Requests() != 0 || in[0].m.peak["gitlab"] != 0 {
+		t.Fatal("a refused body reached a backend")
 	}
 }
