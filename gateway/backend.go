@@ -35,6 +35,7 @@ type backend struct {
 	lists sync.Map // listKey -> *listEntry: tools/list and the like, cached briefly
 
 	lastInit   atomic.Pointer[json.RawMessage] // the server's last initialize result
+	version    atomic.Pointer[string]          // the protocol version agreed with it last
 	executions atomic.Int64                    // calls sent to the server, for tests and metrics
 	starts     atomic.Int64                    // processes started or sessions opened
 }
@@ -212,6 +213,7 @@ func (b *backend) dial(ctx context.Context, cr cred, caps json.RawMessage) (*con
 	if err != nil {
 		return nil, err
 	}
+	b.version.Store(&c.version)
 	b.g.m.process(b.cfg.Name, 1)
 	go func() {
 		<-c.done

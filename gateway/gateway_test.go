@@ -158,6 +158,12 @@ func TestCoalescedAcrossInstances(t *testing.T) {
 			sessions = append(sessions, agent(t, i.url+"/mcp/gitlab", nil))
 		}
 	}
+	// Each side has its own protocol version: the agents (Go SDK 1.8)
+	// speak 2025-11-25 with coordd, which speaks 2024-11-05, all this
+	// GitLab server knows (its TypeScript SDK is 1.0.1), with the server.
+	if v := sessions[0].InitializeResult().ProtocolVersion; v != "2025-11-25" {
+		t.Fatalf("the agent's protocol version = %s; want 2025-11-25", v)
+	}
 	release := api.Hold()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -198,6 +204,9 @@ func TestCoalescedAcrossInstances(t *testing.T) {
 	}
 	if got := api.Files(); got != 1 {
 		t.Errorf("GitLab API file requests = %d; want 1", got)
+	}
+	if v := in[0].gw.Status()[0].Protocol; v != "2024-11-05" {
+		t.Errorf("the protocol version agreed with the GitLab server = %q; want 2024-11-05", v)
 	}
 }
 

@@ -16,6 +16,7 @@ type ServerStatus struct {
 	TTL       float64      `json:"ttl_seconds"`
 	Pools     []PoolStatus `json:"pools"`
 	Sessions  int          `json:"sessions"` // agent sessions open on this instance
+	Protocol  string       `json:"protocol"` // the version agreed with the server last; "" before any
 	Calls     int64        `json:"executions"`
 }
 
@@ -42,6 +43,9 @@ func (g *Gateway) Status() []ServerStatus {
 		b := g.servers[name]
 		st := ServerStatus{Name: name, Transport: "stdio", Shared: b.shared(), Coalesce: append([]string{}, b.cfg.Coalesce...),
 			TrustRO: b.cfg.TrustReadOnly, TTL: b.cfg.TTL.Seconds(), Sessions: sessions[name], Calls: b.executions.Load(), Pools: []PoolStatus{}}
+		if v := b.version.Load(); v != nil {
+			st.Protocol = *v
+		}
 		if b.cfg.URL != "" {
 			st.Transport, st.Target = "remote", b.cfg.URL
 			if u, err := url.Parse(b.cfg.URL); err == nil {

@@ -126,7 +126,7 @@ func gatewayStatus(gw *gateway.Gateway) func() []statuspage.MCPServerView {
 		var out []statuspage.MCPServerView
 		for _, s := range gw.Status() {
 			v := statuspage.MCPServerView{Name: s.Name, Transport: s.Transport, Target: s.Target, Shared: s.Shared, Coalesce: s.Coalesce,
-				TrustReadOnly: s.TrustRO, TTLSeconds: s.TTL, Sessions: s.Sessions, Executions: s.Calls, Pools: []statuspage.MCPPoolView{}}
+				TrustReadOnly: s.TrustRO, TTLSeconds: s.TTL, Sessions: s.Sessions, Protocol: s.Protocol, Executions: s.Calls, Pools: []statuspage.MCPPoolView{}}
 			for _, p := range s.Pools {
 				v.Pools = append(v.Pools, statuspage.MCPPoolView{Scope: p.Scope, Live: p.Live, Size: p.Size})
 			}

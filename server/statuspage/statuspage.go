@@ -140,6 +140,7 @@ type MCPServerView struct {
 	TrustReadOnly bool          `json:"trust_read_only"`
 	TTLSeconds    float64       `json:"ttl_seconds"`
 	Sessions      int           `json:"sessions"`
+	Protocol      string        `json:"protocol"`   // the version agreed with the server
 	Executions    int64         `json:"executions"` // calls run on the server
 	Pools         []MCPPoolView `json:"pools"`
 }
