@@ -192,6 +192,14 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, jsonrpc.CodeInvalidRequest, fmt.Sprintf("no MCP server named %.64q; the servers are at /mcp/NAME, one of %s", name, strings.Join(g.order, ", ")))
 		return
 	}
+	if len(r.TransferEncoding) > 0 {
+		// MCP bodies are bounded JSON that needs no chunking; with a
+		// Content-Length too it is how a request is smuggled past a front
+		// proxy (as the MCP servers refuse it, security.md).
+		w.Header().Set("Connection", "close")
+		httpError(w, http.StatusBadRequest, jsonrpc.CodeInvalidRequest, "Transfer-Encoding is not accepted: send Content-Length")
+		return
+	}
 	if !hostOK(r) {
 		httpError(w, http.StatusForbidden, jsonrpc.CodeInvalidRequest, fmt.Sprintf("Host %.100q is not a loopback name, and this listener is on loopback (DNS rebinding)", r.Host))
 		return
@@ -263,8 +271,8 @@ func loopback(addr string) bool {
 }
 
 // originOK refuses a browser page of another origin (DNS rebinding): an
-// Origin, when sent, must be a loopback one, the request's own host, or
-// one of AllowedOrigins.
+// Origin, when sent, must be one of AllowedOrigins, or the request's own
+// origin on a loopback name.
 func (g *Gateway) originOK(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -277,7 +285,10 @@ func (g *Gateway) originOK(r *http.Request) bool {
 	if err != nil || u.Host == "" {
 		return false
 	}
-	return u.Host == r.Host || loopback(u.Host)
+	// The page's own origin on a loopback name only: a rebinding page
+	// sends its own name as both Host and Origin, so an Origin that merely
+	// matches Host proves nothing (as the MCP servers decide, security.md).
+	return u.Host == r.Host && loopback(u.Host)
 }
 
 func (g *Gateway) post(w http.ResponseWriter, r *http.Request, b *backend, tenant string, sc coordinator.Scope) {

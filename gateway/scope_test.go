@@ -316,3 +316,57 @@ func TestStalledAndOversizedBodies(t *testing.T) {
 		t.Fatal("a refused body reached a backend")
 	}
 }
+
+// TestOriginAndFraming: Origin and Host are checked as the MCP servers
+// check them (security.md), before any backend: another site's page is
+// refused, so is its own name rebound to loopback, and so is a chunked
+// body.
+func TestOriginAndFraming(t *testing.T) {
+	api := fakegitlab.Start(t)
+	in := fleet(t, 1, []gateway.Server{gitlab(t, api, 1, 0)}, gateway.Options{AllowedOrigins: []string{"https://agents.example"}})
+	url := in[0].url + "/mcp/gitlab"
+	host := strings.TrimPrefix(in[0].url, "http://")
+	init := []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`)
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		status int
+	}{
+		{"another site", map[string]string{"Origin": "http://evil.example"}, 403},
+		{"null", map[string]string{"Origin": "null"}, 403},
+		{"rebound name as Host and Origin", map[string]string{"Host": "evil.example:80", "Origin": "http://evil.example:80"}, 403},
+		{"own loopback origin", map[string]string{"Origin": "http://" + host}, 200},
+		{"allowed origin", map[string]string{"Origin": "https://agents.example"}, 200},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range tc.header {
+			if k == "Host" {
+				req.Host = v
+			} else {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d; want %d", tc.name, resp.StatusCode, tc.status)
+		}
+	}
+	// A chunked body: refused, the connection closed.
+	req, _ := http.NewRequest(http.MethodPost, url, io.MultiReader(bytes.NewReader(init)))
+	req.Header.Set("Content-Type", "application/json")
+	req.TransferEncoding = []string{"chunked"}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !resp.Close {
+		t.Errorf("chunked: %d, close %v; want 400 and the connection closed", resp.StatusCode, resp.Close)
+	}
+}

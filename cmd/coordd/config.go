@@ -32,9 +32,13 @@ type fileConfig struct {
 	MCPListen     string          `yaml:"mcp_listen"`     // the MCP gateway's address (Streamable HTTP at /mcp/NAME). Default: none.
 	// MCPServers are the backend MCP servers the gateway fronts
 	// (docs/gateway.md). Default: none.
-	MCPServers    []gateway.Server `yaml:"mcp_servers"`
-	ShutdownGrace time.Duration    `yaml:"shutdown_grace"`
-	DrainDelay    time.Duration    `yaml:"drain_delay"`
+	MCPServers []gateway.Server `yaml:"mcp_servers"`
+	// MCPAllowedOrigins are the Origins (scheme://host[:port]) from which
+	// a browser page may call the gateway, beside its own loopback one.
+	// Default: none.
+	MCPAllowedOrigins []string      `yaml:"mcp_allowed_origins"`
+	ShutdownGrace     time.Duration `yaml:"shutdown_grace"`
+	DrainDelay        time.Duration `yaml:"drain_delay"`
 
 	// MaxConcurrentCalls caps the calls in progress (server.Config).
 	// Default (0): 10000. Negative: no cap.

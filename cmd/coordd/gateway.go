@@ -67,7 +67,7 @@ func (fc *fileConfig) newGateway(log *slog.Logger) (*gateway.Gateway, error) {
 	if fc.MCPListen == "" {
 		errs = append(errs, errors.New("config: mcp_servers: set, but mcp_listen is not (the address agents reach the gateway at)"))
 	}
-	opt := gateway.Options{Logger: log}
+	opt := gateway.Options{Logger: log, AllowedOrigins: fc.MCPAllowedOrigins}
 	names := fc.mcpServerNames()
 	if len(fc.Tenants) > 0 {
 		tenants, err := fc.tenants(fc.upstreamNames(), names, log)
