@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/internal/secret"
@@ -78,6 +79,12 @@ type Options struct {
 	AllowedOrigins []string
 	// BodyTimeout bounds reading one request's body. Default: 5s.
 	BodyTimeout time.Duration
+	// Redis, when set (the coordinator's), carries a coalesced
+	// execution's progress to the callers waiting on other instances;
+	// KeyPrefix prefixes its channels (the coordinator's key_prefix).
+	// Nil: progress reaches the callers on the executing instance only.
+	Redis     redis.UniversalClient
+	KeyPrefix string
 }
 
 // bodyTimeout is Options.BodyTimeout or its default.
@@ -110,6 +117,7 @@ type Gateway struct {
 
 	calls    sync.Map // callKey -> *pendingCall
 	sessions sessions
+	progress *progressHub // nil without Options.Redis
 }
 
 // New checks servers and loads their secrets. Errors name the field
@@ -125,6 +133,13 @@ func New(servers []Server, opt Options) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.sessions.init()
+	if opt.Redis != nil {
+		prefix := opt.KeyPrefix
+		if prefix == "" {
+			prefix = "coordd:"
+		}
+		g.progress = newProgressHub(opt.Redis, prefix)
+	}
 	var errs []error
 	for i := range servers {
 		s := servers[i]
@@ -479,7 +494,11 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return b.runOnce(req, pc.once)
 	}
 	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": pc.args})
-	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, pc.progress, execPeer{pc})
+	progress := pc.progress
+	if g.progress != nil { // every waiter, on every instance, hears it from the hub
+		progress = func(p json.RawMessage) { g.progress.publish(req.Context(), k, p) }
+	}
+	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, progress, execPeer{pc})
 	g.m.execution(name, tool)
 	pc.mu.Lock()
 	asked := pc.asked != 0

@@ -71,6 +71,7 @@ func fleetTraced(t *testing.T, n int, servers []gateway.Server, opt gateway.Opti
 		o := opt
 		o.Metrics = m
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Redis = rd.Client(t)
 		gw, err := gateway.New(servers, o)
 		if err != nil {
 			t.Fatal(err)

@@ -274,8 +274,12 @@ func (g *Gateway) fetchCall(ctx context.Context, se *session, b *backend, name s
 	if err != nil {
 		return nil, false, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 	}
-	w := g.register(callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}, canon, once, out)
+	k := callKey{server: b.cfg.Name, tool: name, hash: hash, cred: se.cred.id}
+	w := g.register(k, canon, once, out)
 	defer w.leave()
+	if coalesced && g.progress != nil && out.token != nil {
+		defer g.progress.watch(ctx, g, k, out)()
+	}
 	res, err := g.co.Get(ctx, t, coordinator.GetOptions{})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -259,3 +259,34 @@ func TestSamplingDuringSharedCall(t *testing.T) {
 		t.Errorf("sampling requests: a %d, b %d; want 1 each", askedA.Load(), askedB.Load())
 	}
 }
+
+// TestProgressAcrossInstances: an agent on another instance, waiting on
+// the execution an agent of the first instance started, receives the
+// server's progress too, under its own token.
+func TestProgressAcrossInstances(t *testing.T) {
+	in := fleet(t, 2, []gateway.Server{everything(t)}, gateway.Options{})
+	la, lb := newProgressLog(), newProgressLog()
+	a := progressAgent(t, in[0].url+"/mcp/everything", la)
+	b := progressAgent(t, in[1].url+"/mcp/everything", lb)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ra, rb := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := a.CallTool(ctx, longOp("token-a")); ra <- err }()
+	waitFor(t, func() bool { return len(la.of("token-a")) > 0 })
+	go func() { _, err := b.CallTool(ctx, longOp("token-b")); rb <- err }()
+	if err := <-ra; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rb; err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(in, func(c *counts) int64 { return c.executions.Load() }); n != 1 {
+		t.Fatalf("executions = %d; want 1", n)
+	}
+	if len(lb.of("token-b")) == 0 {
+		t.Fatalf("the agent on the other instance got no progress; a got %v", la.of("token-a"))
+	}
+	if len(lb.of("token-a")) > 0 {
+		t.Fatal("the agent on the other instance got the first agent's token")
+	}
+}

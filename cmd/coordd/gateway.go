@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/coordd/coordd/gateway"
@@ -56,7 +57,7 @@ func (fc *fileConfig) mcpServerNames() []string {
 
 // newGateway builds the MCP gateway of fc, nil without mcp_servers. Its
 // errors name the fields, one per line.
-func (fc *fileConfig) newGateway(log *slog.Logger) (*gateway.Gateway, error) {
+func (fc *fileConfig) newGateway(log *slog.Logger, rdb redis.UniversalClient, keyPrefix string) (*gateway.Gateway, error) {
 	if len(fc.MCPServers) == 0 {
 		if fc.MCPListen != "" {
 			return nil, errors.New("config: mcp_listen: set, but no mcp_servers are configured")
@@ -67,7 +68,10 @@ func (fc *fileConfig) newGateway(log *slog.Logger) (*gateway.Gateway, error) {
 	if fc.MCPListen == "" {
 		errs = append(errs, errors.New("config: mcp_servers: set, but mcp_listen is not (the address agents reach the gateway at)"))
 	}
-	opt := gateway.Options{Logger: log, AllowedOrigins: fc.MCPAllowedOrigins}
+	opt := gateway.Options{Logger: log, AllowedOrigins: fc.MCPAllowedOrigins, KeyPrefix: keyPrefix}
+	if rdb != nil {
+		opt.Redis = rdb
+	}
 	names := fc.mcpServerNames()
 	if len(fc.Tenants) > 0 {
 		tenants, err := fc.tenants(fc.upstreamNames(), names, log)

@@ -361,7 +361,11 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 	errs = append(errs, splitErrors(err)...)
 	srvOpts, grpcOpts, httpTLS, certs, err := fc.serverOptions(log, fc.upstreamNames(), fc.mcpServerNames())
 	errs = append(errs, splitErrors(err)...)
-	gw, err := fc.newGateway(log)
+	_, err = checkMetrics(fc)
+	errs = append(errs, splitErrors(err)...)
+	rdb, err := redisClient(fc) // connects lazily: on first use
+	errs = append(errs, splitErrors(err)...)
+	gw, err := fc.newGateway(log, rdb, cfg.KeyPrefix)
 	errs = append(errs, splitErrors(err)...)
 	if gw != nil {
 		if len(cfg.Upstreams) == 0 {
@@ -373,10 +377,6 @@ func runHurried(ctx, hurry context.Context, args []string, stderr *os.File) erro
 		cfg.Upstreams = append(cfg.Upstreams, gw.Upstreams()...)
 		defer gw.Close()
 	}
-	_, err = checkMetrics(fc)
-	errs = append(errs, splitErrors(err)...)
-	rdb, err := redisClient(fc) // connects lazily: on first use
-	errs = append(errs, splitErrors(err)...)
 	if len(errs) > 0 || o.checkConfig {
 		if rdb != nil {
 			_ = rdb.Close()
