@@ -487,6 +487,7 @@ type replier struct {
 	mu     sync.Mutex
 	sse    bool // the stream has started
 	done   bool
+	ended  chan struct{} // closed by finish: nothing more can reach the agent
 }
 
 func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, se *session) *replier {
@@ -496,7 +497,7 @@ func newReplier(w http.ResponseWriter, r *http.Request, req *jsonrpc.Request, se
 		} `json:"_meta"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
-	out := &replier{w: w, se: se, stream: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	out := &replier{w: w, se: se, stream: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), ended: make(chan struct{})}
 	if len(p.Meta.Token) > 0 && string(p.Meta.Token) != "null" {
 		out.token = p.Meta.Token
 	}
@@ -546,6 +547,8 @@ func (o *replier) ask(ctx context.Context, m *jsonrpc.Request) (json.RawMessage,
 		return r.Result, nil
 	case <-ctx.Done():
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "coordd gateway: the agent did not answer " + m.Method}
+	case <-o.ended:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "coordd gateway: the agent's call ended before it answered " + m.Method}
 	}
 }
 
@@ -590,6 +593,9 @@ func (o *replier) event(data []byte) {
 func (o *replier) finish(resp *jsonrpc.Response) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if !o.done {
+		close(o.ended)
+	}
 	o.done = true
 	if resp == nil {
 		if !o.sse {
