@@ -13,7 +13,8 @@ import (
 func TestTinyGateway(t *testing.T) {
 	cfg := defaultGateway(true)
 	cfg.agents, cfg.tasks, cfg.files, cfg.latCalls, cfg.tputConc, cfg.tputFor = 3, 2, 2, 20, 2, 200*time.Millisecond
-	cfg.apiRate = 0 // no 429s: the counts below are exact
+	// No rate limit, so no 429s: the counts below are exact.
+	cfg.apiRate = 0
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a bound for a stuck run, not a speed check
 	defer cancel()
 	res, err := runGateway(ctx, t, cfg, t.Logf)
