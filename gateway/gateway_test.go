@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/coordinator"
 	"github.com/coordd/coordd/gateway"
 	"github.com/coordd/coordd/internal/secret"
+	"github.com/coordd/coordd/internal/testing/enginetest"
 	"github.com/coordd/coordd/internal/testing/fakegitlab"
 	"github.com/coordd/coordd/internal/testing/mcpservers"
 	"github.com/coordd/coordd/internal/testing/redistest"
@@ -213,11 +214,5 @@ func TestCoalescedAcrossInstances(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	enginetest.WaitFor(t, time.Minute, "the test's condition", cond)
 }
