@@ -494,9 +494,12 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return b.runOnce(req, pc.once)
 	}
 	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": pc.args})
-	progress := pc.progress
-	if g.progress != nil { // every waiter, on every instance, hears it from the hub
-		progress = func(p json.RawMessage) { g.progress.publish(req.Context(), k, p) }
+	progress := pc.progress // this instance's waiters, before the result
+	if g.progress != nil {  // and the other instances'
+		progress = func(p json.RawMessage) {
+			pc.progress(p)
+			g.progress.publish(req.Context(), k, p)
+		}
 	}
 	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, progress, execPeer{pc})
 	g.m.execution(name, tool)

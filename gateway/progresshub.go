@@ -2,16 +2,19 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // progressHub carries a coalesced execution's progress to the callers
-// waiting for it on every instance: the instance that runs it publishes
+// waiting for it on the other instances (the executing instance's own
+// have it at once, before the result): the instance that runs it publishes
 // each notification of the server's on the call's channel, and each
 // instance has one subscription (this hub's) over which it hands them to
 // its own waiters, who answer them under their own progress tokens. The
@@ -23,6 +26,7 @@ import (
 type progressHub struct {
 	rdb    redis.UniversalClient
 	prefix string
+	id     string // this instance's: its own messages are not handed back (its waiters had them at once)
 
 	mu    sync.Mutex
 	ps    *redis.PubSub // nil until the first subscription
@@ -30,7 +34,7 @@ type progressHub struct {
 }
 
 func newProgressHub(rdb redis.UniversalClient, prefix string) *progressHub {
-	return &progressHub{rdb: rdb, prefix: prefix, sinks: map[string]map[*replier]bool{}}
+	return &progressHub{rdb: rdb, prefix: prefix, id: rand.Text(), sinks: map[string]map[*replier]bool{}}
 }
 
 // channel is k's progress channel.
@@ -88,6 +92,10 @@ func (h *progressHub) run(ctx context.Context, ps *redis.PubSub) {
 			if !ok {
 				return
 			}
+			from, params, ok := strings.Cut(m.Payload, "\n")
+			if !ok || from == h.id {
+				continue
+			}
 			h.mu.Lock()
 			outs := make([]*replier, 0, len(h.sinks[m.Channel]))
 			for o := range h.sinks[m.Channel] {
@@ -95,13 +103,14 @@ func (h *progressHub) run(ctx context.Context, ps *redis.PubSub) {
 			}
 			h.mu.Unlock()
 			for _, o := range outs {
-				o.progress(json.RawMessage(m.Payload))
+				o.progress(json.RawMessage(params))
 			}
 		}
 	}
 }
 
-// publish sends one progress notification's params on k's channel.
+// publish sends one progress notification's params on k's channel, for
+// the other instances' waiters.
 func (h *progressHub) publish(ctx context.Context, k callKey, params json.RawMessage) {
-	_ = h.rdb.Publish(context.WithoutCancel(ctx), h.channel(k), []byte(params)).Err()
+	_ = h.rdb.Publish(context.WithoutCancel(ctx), h.channel(k), h.id+"\n"+string(params)).Err()
 }
