@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/vg"
 )
 
 // TestTinyGateway runs the gateway benchmark small: coordd's gateway
@@ -36,5 +39,12 @@ func TestTinyGateway(t *testing.T) {
 	}
 	if table := renderGateway(res); !strings.Contains(table, gwCoordd) || !strings.Contains(table, "What the gateway adds") {
 		t.Fatalf("table:\n%s", table)
+	}
+	p, err := gatewayPlot(&results{gateway: res})
+	if err != nil || p == nil {
+		t.Fatalf("gatewayPlot: %v, %v; want a plot", p, err)
+	}
+	if err := p.Save(4*vg.Inch, 3*vg.Inch, filepath.Join(t.TempDir(), "gateway.png")); err != nil {
+		t.Errorf("save the gateway plot: %v", err)
 	}
 }

@@ -24,6 +24,7 @@ func drawPlots(res *results, dir string) ([]string, error) {
 		{"throughput.png", throughputPlot},
 		{"swarm.png", swarmPlot},
 		{"quota.png", quotaPlot},
+		{"gateway.png", gatewayPlot},
 	} {
 		pl, err := p.draw(res)
 		if err != nil {
@@ -196,6 +197,66 @@ func swarmPlot(res *results) (*plot.Plot, error) {
 	p.NominalX(names...)
 	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
 	return p, nil
+}
+
+// gatewayPlot compares the gateway benchmark's three ways of running the
+// swarm: API requests, 429s, failed tool calls and server processes, side
+// by side per way.
+func gatewayPlot(res *results) (*plot.Plot, error) {
+	gr := res.gateway
+	if gr == nil || len(gr.rows) == 0 {
+		return nil, nil
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("MCP gateway: %d agents × %d calls, reference GitLab server, API limit %d req/s", gr.cfg.agents, gr.cfg.tasks, gr.cfg.apiRate)
+	p.Y.Label.Text = "count, whole run"
+	p.Y.Tick.Marker = wholeTicks{}
+	p.Legend.Top = true
+	var names []string
+	for _, r := range gr.rows {
+		names = append(names, shortWay(r.name))
+	}
+	w := vg.Points(14)
+	measures := []struct {
+		name string
+		pick func(gatewayRow) int
+	}{
+		{"API requests", func(r gatewayRow) int { return r.apiCalls }},
+		{"429s received", func(r gatewayRow) int { return r.limited }},
+		{"failed tool calls", func(r gatewayRow) int { return r.failed }},
+		{"server processes", func(r gatewayRow) int { return r.processes }},
+	}
+	for i, m := range measures {
+		var vs plotter.Values
+		for _, r := range gr.rows {
+			vs = append(vs, float64(m.pick(r)))
+		}
+		bars, err := plotter.NewBarChart(vs, w)
+		if err != nil {
+			return nil, err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = w * (vg.Length(i) - vg.Length(len(measures)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(m.name, bars)
+	}
+	p.NominalX(names...)
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
+	return p, nil
+}
+
+// shortWay is a gateway way's name short enough for an axis.
+func shortWay(name string) string {
+	switch name {
+	case gwDirect:
+		return "a server per agent"
+	case gwLocal:
+		return "3 gateways, own caches"
+	case gwCoordd:
+		return "coordd, 3 instances"
+	}
+	return name
 }
 
 // shortFleet is a fleet's name short enough for an axis.
