@@ -261,32 +261,41 @@ func (c *conn) call(ctx context.Context, method string, params json.RawMessage, 
 		}
 		c.mu.Unlock()
 	}
-	if err := c.c.Write(ctx, &jsonrpc.Request{ID: id, Method: method, Params: params}); err != nil {
-		forget()
-		return nil, fmt.Errorf("%w: %v", errConnLost, err)
-	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			c.mu.Lock()
-			err := c.err
-			c.mu.Unlock()
-			return nil, err
-		}
-		if r.Error != nil {
-			var we *jsonrpc.Error
-			if errors.As(r.Error, &we) {
-				return nil, rpcError{we}
+	// A remote transport's Write may wait for the server's answer (the
+	// go-sdk's posts the request and reads its answer's first event), and
+	// not end with ctx: the call waits on Write, its answer and ctx at once.
+	wrote := make(chan error, 1)
+	go func() { wrote <- c.c.Write(ctx, &jsonrpc.Request{ID: id, Method: method, Params: params}) }()
+	for {
+		select {
+		case err := <-wrote:
+			if err != nil && ctx.Err() == nil {
+				forget()
+				return nil, fmt.Errorf("%w: %v", errConnLost, err)
 			}
-			return nil, rpcError{&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Error.Error()}}
+			wrote = nil // a nil channel never answers: wait for the rest
+		case r, ok := <-ch:
+			if !ok {
+				c.mu.Lock()
+				err := c.err
+				c.mu.Unlock()
+				return nil, err
+			}
+			if r.Error != nil {
+				var we *jsonrpc.Error
+				if errors.As(r.Error, &we) {
+					return nil, rpcError{we}
+				}
+				return nil, rpcError{&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.Error.Error()}}
+			}
+			return r.Result, nil
+		case <-ctx.Done():
+			forget()
+			// Tell the backend, so that it stops working for nobody.
+			p, _ := json.Marshal(map[string]any{"requestId": n, "reason": "coordd: no caller is left"})
+			_ = c.c.Write(context.WithoutCancel(ctx), &jsonrpc.Request{Method: "notifications/cancelled", Params: p})
+			return nil, ctx.Err()
 		}
-		return r.Result, nil
-	case <-ctx.Done():
-		forget()
-		// Tell the backend, so that it stops working for nobody.
-		p, _ := json.Marshal(map[string]any{"requestId": n, "reason": "coordd: no caller is left"})
-		_ = c.c.Write(context.WithoutCancel(ctx), &jsonrpc.Request{Method: "notifications/cancelled", Params: p})
-		return nil, ctx.Err()
 	}
 }
 

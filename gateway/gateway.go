@@ -116,6 +116,7 @@ type Gateway struct {
 	wg     sync.WaitGroup // the gateway's own goroutines (sweep)
 
 	calls    sync.Map // callKey -> *pendingCall
+	kept     keptArgs // of calls whose results are kept, for their refreshes
 	sessions sessions
 	progress *progressHub // nil without Options.Redis
 }
@@ -224,6 +225,7 @@ func (g *Gateway) sweep() {
 			return
 		case now := <-t.C:
 			g.sessions.expire(now.Add(-sessionIdle))
+			g.kept.expire(now)
 		}
 	}
 }
@@ -322,6 +324,10 @@ type pendingCall struct {
 	// the execution (0: none): the result is that waiter's (mine).
 	asked int
 	mine  *personalResult
+	// abandon cancels the execution running for the call on this
+	// instance (nil: none runs); abandoned says it did (abandon.go).
+	abandon   context.CancelFunc
+	abandoned bool
 }
 
 // personalResult is an execution's result kept for the one caller whose
@@ -423,6 +429,9 @@ func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, out 
 			p.out[id] = out
 		}
 		p.mu.Unlock()
+		if b := g.servers[k.server]; once == nil && b != nil && b.cfg.TTL > 0 {
+			g.kept.keep(k, args, time.Now().Add(b.cfg.TTL+b.cfg.StaleTTL+time.Minute))
+		}
 		return &waiter{pc: p, id: id, leave: func() {
 			p.mu.Lock()
 			delete(p.out, id)
@@ -431,9 +440,13 @@ func (g *Gateway) register(k callKey, args json.RawMessage, once *onceCall, out 
 			if gone {
 				p.refs = -1
 			}
+			running := p.abandon != nil
 			p.mu.Unlock()
 			if gone {
 				g.calls.CompareAndDelete(k, p)
+				if running {
+					g.checkAbandoned(k, p)
+				}
 			}
 		}}
 	}
@@ -466,7 +479,7 @@ func callURL(server, tool, hash string) string {
 // server answered, 502 for an internal error (retried, counted by the
 // breaker), or the 429 or 5xx a remote server answered; a lost process
 // or connection is a transport error, retried.
-func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
+func (g *Gateway) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	host := req.URL.Hostname()
 	name, ok := strings.CutSuffix(host, hostSuffix)
 	b := g.servers[name]
@@ -477,31 +490,51 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		return g.next.RoundTrip(req)
 	}
 	tool, ok := strings.CutPrefix(req.URL.EscapedPath(), "/tools/call/")
-	tool, err := url.PathUnescape(tool)
+	tool, uerr := url.PathUnescape(tool)
 	cr, cerr := b.credOf(req.Header)
-	if !ok || err != nil || cerr != nil {
+	if !ok || uerr != nil || cerr != nil {
 		return answerOf(req, http.StatusBadRequest, "no-store", []byte(`{"code":-32602,"message":"not a tool call"}`)), nil
 	}
 	k := callKey{server: name, tool: tool, hash: req.URL.Query().Get("a"), cred: cr.id}
-	v, ok := g.calls.Load(k)
-	if !ok {
-		// Nobody on this instance waits for it (a refresh after every
-		// caller left, or a fetch from another door): nothing to run.
-		return answerOf(req, http.StatusBadRequest, "no-store", []byte(`{"code":-32603,"message":"no caller of this call is waiting on this instance"}`)), nil
+	var pc *pendingCall
+	if v, ok := g.calls.Load(k); ok {
+		pc = v.(*pendingCall)
 	}
-	pc := v.(*pendingCall)
-	if pc.once != nil {
+	if pc != nil && pc.once != nil {
 		return b.runOnce(req, pc.once)
 	}
-	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": pc.args})
+	ctx := req.Context()
+	var args json.RawMessage
+	if pc != nil {
+		args = pc.args
+		var ended func() bool
+		ctx, ended = g.execution(ctx, k, pc)
+		defer func() {
+			if ended() {
+				// No caller was left: what the server answered, if
+				// anything, is nobody's.
+				resp, err = answerOf(req, statusAbandoned, "no-store", []byte(`{"abandoned":true}`)), nil
+			}
+		}()
+	} else if a, ok := g.kept.get(k); ok {
+		// A refresh after every caller left: it runs for the cache, with
+		// nobody to tell of its progress or to ask.
+		args, pc = a, &pendingCall{out: map[int]*replier{}}
+	} else {
+		// Nobody on this instance waits for it, and its arguments are
+		// not kept: nothing to run. The callers waiting elsewhere run it
+		// again.
+		return answerOf(req, statusAbandoned, "no-store", []byte(`{"code":-32603,"message":"no caller of this call is waiting on this instance"}`)), nil
+	}
+	params, _ := json.Marshal(map[string]json.RawMessage{"name": mustJSON(tool), "arguments": args})
 	progress := pc.progress // this instance's waiters, before the result
 	if g.progress != nil {  // and the other instances'
 		progress = func(p json.RawMessage) {
 			pc.progress(p)
-			g.progress.publish(req.Context(), k, p)
+			g.progress.publish(ctx, k, p)
 		}
 	}
-	res, hdr, err := b.run(req.Context(), cr, "tools/call", params, progress, execPeer{pc})
+	res, hdr, err := b.run(ctx, cr, "tools/call", params, progress, execPeer{pc})
 	g.m.execution(name, tool)
 	pc.mu.Lock()
 	asked := pc.asked != 0

@@ -53,6 +53,7 @@ type instance struct {
 	co  *coordinator.Coordinator
 	url string // the gateway's base: URL + "/mcp/NAME"
 	m   *counts
+	rd  *redistest.Server // the fleet's Redis
 }
 
 // fleet starts n instances of the gateway for servers on one Redis.
@@ -64,6 +65,12 @@ func fleet(t *testing.T, n int, servers []gateway.Server, opt gateway.Options) [
 // fleetTraced is fleet with each instance traced by tp (nil: none), its
 // gateway's requests by otelhttp as coordd's listener does.
 func fleetTraced(t *testing.T, n int, servers []gateway.Server, opt gateway.Options, tp trace.TracerProvider) []*instance {
+	t.Helper()
+	return fleetWith(t, n, servers, opt, tp, nil)
+}
+
+// fleetWith is fleetTraced with the engines' clock (nil: time.Now).
+func fleetWith(t *testing.T, n int, servers []gateway.Server, opt gateway.Options, tp trace.TracerProvider, now func() time.Time) []*instance {
 	t.Helper()
 	rd := redistest.Start(t)
 	var out []*instance
@@ -77,7 +84,7 @@ func fleetTraced(t *testing.T, n int, servers []gateway.Server, opt gateway.Opti
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := coordinator.Config{Upstreams: gw.Upstreams(), CredentialScopeKey: secret.New("gateway-test-scope-key-0123456789"), Logger: o.Logger}
+		cfg := coordinator.Config{Upstreams: gw.Upstreams(), CredentialScopeKey: secret.New("gateway-test-scope-key-0123456789"), Logger: o.Logger, Now: now}
 		co, err := coordinator.New(cfg, coordinator.Options{Redis: rd.Client(t), Transport: gw.Wrap(nil), TracerProvider: tp})
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +100,7 @@ func fleetTraced(t *testing.T, n int, servers []gateway.Server, opt gateway.Opti
 			gw.Close()
 			co.Close()
 		})
-		out = append(out, &instance{gw: gw, co: co, url: srv.URL, m: m})
+		out = append(out, &instance{gw: gw, co: co, url: srv.URL, m: m, rd: rd})
 	}
 	return out
 }

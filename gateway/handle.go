@@ -280,7 +280,28 @@ func (g *Gateway) fetchCall(ctx context.Context, se *session, b *backend, name s
 	if coalesced && g.progress != nil && out.token != nil {
 		defer g.progress.watch(ctx, g, k, out)()
 	}
-	res, err := g.co.Get(ctx, t, coordinator.GetOptions{})
+	var opt coordinator.GetOptions
+	if coalesced && g.progress != nil {
+		// While this instance's flight follows another instance's, the
+		// executing instance learns that a caller waits here.
+		var left func()
+		defer func() {
+			if left != nil {
+				left()
+			}
+		}()
+		opt.Progress = func(p coordinator.Progress) {
+			if p.Stage == coordinator.StageWaitingLeader && left == nil {
+				left = g.progress.waitingElsewhere(ctx, k, b.cfg.Timeout+time.Minute)
+			}
+		}
+	}
+	res, err := g.co.Get(ctx, t, opt)
+	for try := 0; err == nil && res.Doc.StatusCode == statusAbandoned && try < abandonRetries; try++ {
+		// The execution this call joined was cancelled as its callers
+		// left (or was not run for want of them): run it again.
+		res, err = g.co.Get(ctx, t, opt)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()

@@ -1,6 +1,7 @@
 // Package fakemcp is a remote MCP server (Streamable HTTP, the Go SDK's)
 // on loopback, for the gateway's tests of remote backends: a read-only
-// tool that counts its executions, a write, and the limits a hosted
+// tool that counts its executions, one that holds its answer until the
+// test releases it (and counts the calls cancelled while held), and the limits a hosted
 // server has (429 with Retry-After past a number of calls in flight, a
 // required bearer token).
 package fakemcp
@@ -43,8 +44,12 @@ type Server struct {
 	executions   atomic.Int64
 	refused      atomic.Int64
 	refusedFirst atomic.Int64
+	cancelled    atomic.Int64
 	mu           sync.Mutex
 	byArg        map[string]int
+	held         map[string]chan struct{} // hold's calls by q, closed by Release
+	holding      map[string]int           // hold's calls of q in progress
+	releasedAll  bool
 }
 
 type lookupArgs struct {
@@ -53,7 +58,7 @@ type lookupArgs struct {
 
 // Start starts a server, stopped when t ends.
 func Start(t testing.TB, opt Options) *Server {
-	s := &Server{opt: opt, byArg: map[string]int{}}
+	s := &Server{opt: opt, byArg: map[string]int{}, held: map[string]chan struct{}{}, holding: map[string]int{}}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fake-remote", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "lookup", Description: "looks q up", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in lookupArgs) (*mcp.CallToolResult, any, error) {
@@ -69,6 +74,27 @@ func Start(t testing.TB, opt Options) *Server {
 				}
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "answer to " + in.Q}}}, nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "hold", Description: "answers q once released", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in lookupArgs) (*mcp.CallToolResult, any, error) {
+			s.executions.Add(1)
+			s.mu.Lock()
+			s.byArg[in.Q]++
+			s.holding[in.Q]++
+			rel := s.releaseOf(in.Q)
+			s.mu.Unlock()
+			defer func() {
+				s.mu.Lock()
+				s.holding[in.Q]--
+				s.mu.Unlock()
+			}()
+			select {
+			case <-rel:
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held " + in.Q}}}, nil, nil
+			case <-ctx.Done():
+				s.cancelled.Add(1)
+				return nil, nil, ctx.Err()
+			}
 		})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -122,6 +148,58 @@ func (s *Server) ExecutionsOf(q string) int {
 	defer s.mu.Unlock()
 	return s.byArg[q]
 }
+
+// releaseOf returns the channel that releases hold's calls of q. s.mu
+// must be held.
+func (s *Server) releaseOf(q string) chan struct{} {
+	c := s.held[q]
+	if c == nil {
+		c = make(chan struct{})
+		if s.releasedAll {
+			close(c)
+		}
+		s.held[q] = c
+	}
+	return c
+}
+
+// Release answers hold's calls of q, present and future.
+func (s *Server) Release(q string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.releaseOf(q)
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+}
+
+// ReleaseAll answers every call of hold, present and future: a test
+// defers it, so that no call is left held when the server stops.
+func (s *Server) ReleaseAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releasedAll = true
+	for _, c := range s.held {
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
+	}
+}
+
+// Holding returns how many calls of hold with q are in progress.
+func (s *Server) Holding(q string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding[q]
+}
+
+// Cancelled returns how many calls of hold ended cancelled (the client
+// sent notifications/cancelled) before they were released.
+func (s *Server) Cancelled() int { return int(s.cancelled.Load()) }
 
 // Refused returns how many POSTs were answered 429.
 func (s *Server) Refused() int { return int(s.refused.Load()) }
