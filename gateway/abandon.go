@@ -45,6 +45,7 @@ func (g *Gateway) checkAbandoned(k callKey, pc *pendingCall) {
 	if pc.refs <= 0 && pc.abandon != nil {
 		pc.abandoned = true
 		pc.abandon()
+		g.m.abandoned(k.server, k.tool)
 	}
 	pc.mu.Unlock()
 }

@@ -166,5 +166,8 @@ func TestCancelledWhenNoCallerLeft(t *testing.T) {
 	if n := fm.ExecutionsOf("three"); n != 1 {
 		t.Fatalf("executions of three = %d; want 1", n)
 	}
+	if n := sum(in, func(c *counts) int64 { return c.abandoned.Load() }); n != 2 {
+		t.Fatalf("executions counted abandoned = %d; want 2", n)
+	}
 	waitFor(t, func() bool { return waitingElsewhere(t, in[0]) == 0 })
 }

@@ -28,6 +28,7 @@ import (
 // counts is a gateway.Metrics that counts.
 type counts struct {
 	calls, executions, retries, restarts atomic.Int64
+	abandoned                            atomic.Int64
 	mu                                   sync.Mutex
 	processes                            map[string]int
 	peak                                 map[string]int
@@ -40,6 +41,7 @@ func (c *counts) MCPExecution(string, string)      { c.executions.Add(1) }
 func (c *counts) MCPServed(string, string, string) {}
 func (c *counts) MCPRetry(string)                  { c.retries.Add(1) }
 func (c *counts) MCPRestart(string)                { c.restarts.Add(1) }
+func (c *counts) MCPAbandoned(string, string)      { c.abandoned.Add(1) }
 func (c *counts) MCPProcesses(s string, d int) {
 	c.mu.Lock()
 	c.processes[s] += d

@@ -23,6 +23,9 @@ type Metrics interface {
 	MCPProcesses(server string, delta int)
 	// MCPRestart counts a process or session started again after it ended.
 	MCPRestart(server string)
+	// MCPAbandoned counts a coalesced execution cancelled on the server
+	// because no caller was left on any instance.
+	MCPAbandoned(server, tool string)
 }
 
 type nopMetrics struct{}
@@ -33,6 +36,7 @@ func (nopMetrics) MCPServed(string, string, string) {}
 func (nopMetrics) MCPRetry(string)                  {}
 func (nopMetrics) MCPProcesses(string, int)         {}
 func (nopMetrics) MCPRestart(string)                {}
+func (nopMetrics) MCPAbandoned(string, string)      {}
 
 type metrics struct{ m Metrics }
 
@@ -49,3 +53,4 @@ func (m metrics) served(s, t, src string) { m.m.MCPServed(s, t, src) }
 func (m metrics) retry(s string)          { m.m.MCPRetry(s) }
 func (m metrics) process(s string, d int) { m.m.MCPProcesses(s, d) }
 func (m metrics) restart(s string)        { m.m.MCPRestart(s) }
+func (m metrics) abandoned(s, t string)   { m.m.MCPAbandoned(s, t) }

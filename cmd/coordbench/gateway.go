@@ -149,6 +149,7 @@ func (p *procCount) MCPExecution(string, string)      {}
 func (p *procCount) MCPServed(string, string, string) {}
 func (p *procCount) MCPRetry(string)                  {}
 func (p *procCount) MCPRestart(string)                {}
+func (p *procCount) MCPAbandoned(string, string)      {}
 func (p *procCount) MCPProcesses(_ string, d int) {
 	if d > 0 {
 		p.started.Add(int64(d))

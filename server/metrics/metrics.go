@@ -61,6 +61,7 @@ type Registry struct {
 	mcpRetries       *prometheus.CounterVec // server
 	mcpProcesses     *prometheus.GaugeVec   // server
 	mcpRestarts      *prometheus.CounterVec // server
+	mcpAbandoned     *prometheus.CounterVec // server, tool
 }
 
 var _ coordinator.Metrics = (*Registry)(nil)
@@ -135,6 +136,7 @@ func New() *Registry {
 		mcpProcesses: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_mcp_processes",
 			Help: "Live processes of a stdio MCP server (sessions with a remote one) on this instance."}, []string{"server"}),
 		mcpRestarts: counter("coordd_mcp_restarts_total", "Processes (or remote sessions) started again after one ended.", "server"),
+		mcpAbandoned: counter("coordd_mcp_abandoned_total", "Coalesced tool calls this instance cancelled on the server because no caller was left on any instance.", "server", "tool"),
 	}
 	r.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -143,7 +145,7 @@ func New() *Registry {
 		r.requests, r.followers, r.followerLag, r.upstream, r.fetches, r.retries, r.transitions, r.rejected,
 		r.rateWait, r.rateRefused, r.quotaRemaining, r.quotaLimit, r.quotaReset, r.quotaIgnored, r.locks, r.extensions, r.timerWakeups, r.flights, r.redisErrors, r.redisTransitions,
 		r.httpRequests, r.httpDuration,
-		r.mcpCalls, r.mcpExecutions, r.mcpServed, r.mcpRetries, r.mcpProcesses, r.mcpRestarts,
+		r.mcpCalls, r.mcpExecutions, r.mcpServed, r.mcpRetries, r.mcpProcesses, r.mcpRestarts, r.mcpAbandoned,
 	)
 	r.bySource = make(map[string]prometheus.Counter, len(sources))
 	for _, v := range sources {
@@ -190,6 +192,11 @@ func (r *Registry) MCPProcesses(server string, delta int) {
 
 // MCPRestart counts a process started again.
 func (r *Registry) MCPRestart(server string) { r.mcpRestarts.WithLabelValues(server).Inc() }
+
+// MCPAbandoned counts an execution cancelled with no caller left.
+func (r *Registry) MCPAbandoned(server, tool string) {
+	r.mcpAbandoned.WithLabelValues(server, tool).Inc()
+}
 
 // MCPServers exports the gateway's series of servers at 0 from the
 // start, so that rate() and the alerts see the first increase.
