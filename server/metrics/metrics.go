@@ -135,7 +135,7 @@ func New() *Registry {
 		mcpRetries:    counter("coordd_mcp_retries_total", "Calls the gateway ran again after their connection to the server was lost.", "server"),
 		mcpProcesses: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coordd_mcp_processes",
 			Help: "Live processes of a stdio MCP server (sessions with a remote one) on this instance."}, []string{"server"}),
-		mcpRestarts: counter("coordd_mcp_restarts_total", "Processes (or remote sessions) started again after one ended.", "server"),
+		mcpRestarts:  counter("coordd_mcp_restarts_total", "Processes (or remote sessions) started again after one ended.", "server"),
 		mcpAbandoned: counter("coordd_mcp_abandoned_total", "Coalesced tool calls this instance cancelled on the server because no caller was left on any instance.", "server", "tool"),
 	}
 	r.reg.MustRegister(
