@@ -162,41 +162,12 @@ func swarmPlot(res *results) (*plot.Plot, error) {
 	if sw == nil || len(sw.fleets) == 0 {
 		return nil, nil
 	}
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Agent swarm: %d MCP agents, %d replicas per fleet, edge limit %d req/s", sw.cfg.agents, sw.cfg.replicas, sw.cfg.edge.rate)
-	p.Y.Label.Text = "count, whole run"
-	p.Y.Tick.Marker = wholeTicks{}
-	p.Legend.Top = true
-	var names []string
-	for _, f := range sw.fleets {
-		names = append(names, shortFleet(f.name))
-	}
-	w := vg.Points(18)
-	for i, m := range []struct {
-		name string
-		pick func(fleetResult) int
-	}{
-		{"upstream requests", func(f fleetResult) int { return f.upstream }},
-		{"429s received", func(f fleetResult) int { return f.limited }},
-		{"failed tool calls", func(f fleetResult) int { return f.failedCalls }},
-	} {
-		var vs plotter.Values
-		for _, f := range sw.fleets {
-			vs = append(vs, float64(m.pick(f)))
-		}
-		bars, err := plotter.NewBarChart(vs, w)
-		if err != nil {
-			return nil, err
-		}
-		bars.Color = plotutil.Color(i)
-		bars.LineStyle.Width = 0
-		bars.Offset = w * vg.Length(i-1)
-		p.Add(bars)
-		p.Legend.Add(m.name, bars)
-	}
-	p.NominalX(names...)
-	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.3 // room for the legend
-	return p, nil
+	return countBars(fmt.Sprintf("Agent swarm: %d MCP agents, %d replicas per fleet, edge limit %d req/s", sw.cfg.agents, sw.cfg.replicas, sw.cfg.edge.rate),
+		sw.fleets, func(f fleetResult) string { return shortFleet(f.name) }, vg.Points(18), []barMeasure[fleetResult]{
+			{"upstream requests", func(f fleetResult) int { return f.upstream }},
+			{"429s received", func(f fleetResult) int { return f.limited }},
+			{"failed tool calls", func(f fleetResult) int { return f.failedCalls }},
+		})
 }
 
 // gatewayPlot compares the gateway benchmark's three ways of running the
@@ -207,28 +178,36 @@ func gatewayPlot(res *results) (*plot.Plot, error) {
 	if gr == nil || len(gr.rows) == 0 {
 		return nil, nil
 	}
+	return countBars(fmt.Sprintf("MCP gateway: %d agents × %d calls, reference GitLab server, API limit %d req/s", gr.cfg.agents, gr.cfg.tasks, gr.cfg.apiRate),
+		gr.rows, func(r gatewayRow) string { return shortWay(r.name) }, vg.Points(14), []barMeasure[gatewayRow]{
+			{"API requests", func(r gatewayRow) int { return r.apiCalls }},
+			{"429s received", func(r gatewayRow) int { return r.limited }},
+			{"failed tool calls", func(r gatewayRow) int { return r.failed }},
+			{"server processes", func(r gatewayRow) int { return r.processes }},
+		})
+}
+
+// barMeasure is one count of a row, drawn as one bar of each group.
+type barMeasure[T any] struct {
+	name string
+	pick func(T) int
+}
+
+// countBars draws a group of bars of width w per row, one bar per
+// measure, centred on the row's label.
+func countBars[T any](title string, rows []T, label func(T) string, w vg.Length, measures []barMeasure[T]) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("MCP gateway: %d agents × %d calls, reference GitLab server, API limit %d req/s", gr.cfg.agents, gr.cfg.tasks, gr.cfg.apiRate)
+	p.Title.Text = title
 	p.Y.Label.Text = "count, whole run"
 	p.Y.Tick.Marker = wholeTicks{}
 	p.Legend.Top = true
 	var names []string
-	for _, r := range gr.rows {
-		names = append(names, shortWay(r.name))
-	}
-	w := vg.Points(14)
-	measures := []struct {
-		name string
-		pick func(gatewayRow) int
-	}{
-		{"API requests", func(r gatewayRow) int { return r.apiCalls }},
-		{"429s received", func(r gatewayRow) int { return r.limited }},
-		{"failed tool calls", func(r gatewayRow) int { return r.failed }},
-		{"server processes", func(r gatewayRow) int { return r.processes }},
+	for _, r := range rows {
+		names = append(names, label(r))
 	}
 	for i, m := range measures {
 		var vs plotter.Values
-		for _, r := range gr.rows {
+		for _, r := range rows {
 			vs = append(vs, float64(m.pick(r)))
 		}
 		bars, err := plotter.NewBarChart(vs, w)
