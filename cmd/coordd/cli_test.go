@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -548,6 +549,7 @@ upstreams:
 				"tenants.0.tokens_file":                  tokensFile,
 				"tenants.0.tokens.0":                     "<redacted>",
 				"tenants.0.upstreams.0":                  "*",
+				"tenants.0.weight":                       1, // the default, filled in
 				"metrics_auth.tokens_env":                "METRICS_TOKENS",
 				"metrics_auth.tokens.0":                  "<redacted>",
 				"upstreams.0.credential.header":          "Authorization",
@@ -599,12 +601,37 @@ upstreams:
 				t.Fatalf("stdout is not a YAML mapping (%v):\n%s", err, stdout)
 			}
 			tt.check(t, got)
+			for _, p := range nullsIn(got, "") {
+				// A section that is absent is null: not configured, no default.
+				if k := p[strings.LastIndex(p, ".")+1:]; !slices.Contains([]string{"credential", "redis_sentinel", "tls", "metrics_auth"}, k) {
+					t.Errorf("%s is printed null: a default is not filled in", p)
+				}
+			}
 			// What it printed is a configuration coordd reads.
 			if _, err := readConfig(strings.NewReader(stdout)); err != nil {
 				t.Errorf("the printed configuration does not read back: %v", err)
 			}
 		})
 	}
+}
+
+// nullsIn lists the paths under prefix of v, decoded YAML, whose value
+// is null.
+func nullsIn(v any, prefix string) []string {
+	var out []string
+	switch c := v.(type) {
+	case nil:
+		return []string{prefix}
+	case map[string]any:
+		for k, e := range c {
+			out = append(out, nullsIn(e, strings.TrimPrefix(prefix+"."+k, "."))...)
+		}
+	case []any:
+		for i, e := range c {
+			out = append(out, nullsIn(e, strings.TrimPrefix(prefix+"."+strconv.Itoa(i), "."))...)
+		}
+	}
+	return out
 }
 
 // yamlAt is the value at path (keys and list indexes joined by dots) in

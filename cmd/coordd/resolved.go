@@ -4,6 +4,7 @@ import (
 	"github.com/coordd/coordd/gateway"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -32,6 +33,13 @@ func (fc fileConfig) resolved() (fileConfig, error) {
 		r.Reflection = &on
 	}
 	r.MCPServers = gateway.Resolved(fc.MCPServers)
+	r.Tenants = slices.Clone(fc.Tenants)
+	for i := range r.Tenants {
+		if r.Tenants[i].Weight == nil {
+			one := 1 // tenantsOf's default
+			r.Tenants[i].Weight = &one
+		}
+	}
 	r.Tracing.Protocol = orDefault(r.Tracing.Protocol, "grpc")
 	if r.Tracing.SampleRatio == nil {
 		all := 1.0
