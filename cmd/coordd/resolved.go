@@ -36,8 +36,8 @@ func (fc fileConfig) resolved() (fileConfig, error) {
 	r.Tenants = slices.Clone(fc.Tenants)
 	for i := range r.Tenants {
 		if r.Tenants[i].Weight == nil {
-			one := 1 // tenantsOf's default
-			r.Tenants[i].Weight = &one
+			w := defaultWeight
+			r.Tenants[i].Weight = &w
 		}
 	}
 	r.Tracing.Protocol = orDefault(r.Tracing.Protocol, "grpc")

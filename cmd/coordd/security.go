@@ -86,9 +86,12 @@ type tenantConfig struct {
 	// Weight is the tenant's share of an upstream's slots while fetches of
 	// several tenants wait for them: weight 2 gets twice the slots of
 	// weight 1, and a share nobody uses goes to whoever waits. 1..1000.
-	// Default: 1.
+	// Default: 1 (defaultWeight).
 	Weight *int `yaml:"weight"`
 }
+
+// defaultWeight is a tenant's weight when its configuration gives none.
+const defaultWeight = 1
 
 // tlsConfig is the gRPC listener's TLS.
 type tlsConfig struct {
@@ -175,7 +178,7 @@ func (sc *securityConfig) tenants(upstreams, mcpServers []string, log *slog.Logg
 		if err != nil {
 			errs = append(errs, err)
 		}
-		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks, Weight: 1}
+		t := server.Tenant{Name: tc.Name, Admin: tc.Admin, Tokens: toks, Weight: defaultWeight}
 		if tc.Weight != nil {
 			if w := *tc.Weight; w < 1 || w > server.MaxWeight {
 				errs = append(errs, fmt.Errorf("%s.weight: %d must be between 1 and %d", field, w, server.MaxWeight))
